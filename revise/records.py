@@ -1,0 +1,506 @@
+"""Typed records that cross module boundaries (SPEC §4, §6), their Arrow schemas and batches.
+
+One record type per output: :class:`Revision`, :class:`LateRecord`, :class:`DeadLetter`, each a
+frozen slotted dataclass with one ``to_row`` / ``from_row`` pair (JSON-ready plain Python values,
+field names exactly as the spec). The engine works on whole micro-batches, so it returns the
+columnar :class:`RevisionBatch` and :class:`LateBatch` (numpy arrays, ``to_arrow()``, ``rows()``).
+
+Null convention of :class:`RevisionBatch` (no NaN tricks, a NaN sum is a real value):
+    * an aggregate column (``count`` … ``mean``) is null in every row when its name is not in
+      ``batch.aggs`` (the requested aggregates);
+    * a ``prev_*`` column is null where ``has_prev`` is False (revision 0, watermark mode) or
+      when its aggregate is not requested.
+    The arrays hold a placeholder there (0 for ``count``, NaN for doubles); use
+    :meth:`RevisionBatch.valid` to get a column's mask.
+
+Trace: ``t=1200 → rev 0 of [1000,2000) count=1 prev_count=null (EARLY)``;
+``late t=1100 at watermark 2100 → rev 1 count=2 prev_count=1 n_late=1 (LATE)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+__all__ = [
+    "AGG_FIELDS",
+    "DEAD_LETTER_SCHEMA",
+    "LATE_SCHEMA",
+    "PREV_FIELDS",
+    "REVISION_SCHEMA",
+    "TIMINGS",
+    "DeadLetter",
+    "LateBatch",
+    "LateRecord",
+    "Revision",
+    "RevisionBatch",
+]
+
+AGG_FIELDS: tuple[str, ...] = ("count", "sum", "min", "max", "mean")
+PREV_FIELDS: tuple[str, ...] = tuple(f"prev_{a}" for a in AGG_FIELDS)
+TIMINGS: tuple[str, ...] = ("EARLY", "LATE", "FINAL")
+
+_AGG_TYPES = {"count": pa.int64(), "sum": pa.float64(), "min": pa.float64(),
+              "max": pa.float64(), "mean": pa.float64()}
+
+REVISION_SCHEMA = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("mode", pa.string(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("window_start_ms", pa.int64(), nullable=False),
+        pa.field("window_end_ms", pa.int64(), nullable=False),
+        pa.field("revision", pa.int32(), nullable=False),
+        pa.field("timing", pa.string(), nullable=False),
+        pa.field("is_final", pa.bool_(), nullable=False),
+        pa.field("retracted", pa.bool_(), nullable=False),
+        *[pa.field(a, _AGG_TYPES[a], nullable=True) for a in AGG_FIELDS],
+        *[pa.field(f"prev_{a}", _AGG_TYPES[a], nullable=True) for a in AGG_FIELDS],
+        pa.field("n_late", pa.int64(), nullable=False),
+        pa.field("max_lateness_ms", pa.int64(), nullable=False),
+        pa.field("watermark_ms", pa.int64(), nullable=False),
+        pa.field("batch_id", pa.int64(), nullable=False),
+        pa.field("emitted_at_ms", pa.int64(), nullable=False),
+    ]
+)
+"""Arrow schema of a revision row (SPEC §4); aggregates and ``prev_*`` are nullable."""
+
+LATE_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("ts_ms", pa.int64(), nullable=False),
+        pa.field("value", pa.float64(), nullable=False),
+        pa.field("window_start_ms", pa.int64(), nullable=False),
+        pa.field("window_end_ms", pa.int64(), nullable=False),
+        pa.field("watermark_ms", pa.int64(), nullable=False),
+        pa.field("lateness_ms", pa.int64(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("batch_id", pa.int64(), nullable=False),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+    ]
+)
+"""Arrow schema of a too-late record (SPEC §6)."""
+
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        pa.field("raw_value", pa.string(), nullable=True),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("batch_id", pa.int64(), nullable=False),
+    ]
+)
+"""Arrow schema of a bad input record (SPEC §6); ``raw_value`` is null for a null Kafka value."""
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """One emitted revision of a (key, window ``[window_start_ms, window_end_ms)``) (SPEC §4).
+
+    Aggregates not requested, and every ``prev_*`` at revision 0 or in watermark mode, are None.
+    Times are int64 epoch ms.
+    """
+
+    query_id: str
+    mode: str
+    key: str
+    window_start_ms: int
+    window_end_ms: int
+    revision: int
+    timing: str
+    is_final: bool
+    retracted: bool
+    count: int | None
+    sum: float | None
+    min: float | None
+    max: float | None
+    mean: float | None
+    prev_count: int | None
+    prev_sum: float | None
+    prev_min: float | None
+    prev_max: float | None
+    prev_mean: float | None
+    n_late: int
+    max_lateness_ms: int
+    watermark_ms: int
+    batch_id: int
+    emitted_at_ms: int
+
+    def to_row(self) -> dict[str, Any]:
+        """JSON-ready dict with the spec's field names (None for null)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @staticmethod
+    def from_row(row: Mapping[str, Any]) -> Revision:
+        """Inverse of :meth:`to_row`; also accepts Arrow / pandas rows (numpy scalars)."""
+        return Revision(
+            query_id=str(row["query_id"]),
+            mode=str(row["mode"]),
+            key=str(row["key"]),
+            window_start_ms=int(row["window_start_ms"]),
+            window_end_ms=int(row["window_end_ms"]),
+            revision=int(row["revision"]),
+            timing=str(row["timing"]),
+            is_final=bool(row["is_final"]),
+            retracted=bool(row["retracted"]),
+            count=_opt_int(row["count"]),
+            sum=_opt_float(row["sum"]),
+            min=_opt_float(row["min"]),
+            max=_opt_float(row["max"]),
+            mean=_opt_float(row["mean"]),
+            prev_count=_opt_int(row["prev_count"]),
+            prev_sum=_opt_float(row["prev_sum"]),
+            prev_min=_opt_float(row["prev_min"]),
+            prev_max=_opt_float(row["prev_max"]),
+            prev_mean=_opt_float(row["prev_mean"]),
+            n_late=int(row["n_late"]),
+            max_lateness_ms=int(row["max_lateness_ms"]),
+            watermark_ms=int(row["watermark_ms"]),
+            batch_id=int(row["batch_id"]),
+            emitted_at_ms=int(row["emitted_at_ms"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LateRecord:
+    """A too-late (record, window) pair (SPEC §6): ``lateness_ms = watermark_ms - ts_ms``.
+
+    For sessions the window is the record's own span ``[ts_ms, ts_ms + gap)``.
+    """
+
+    key: str
+    ts_ms: int
+    value: float
+    window_start_ms: int
+    window_end_ms: int
+    watermark_ms: int
+    lateness_ms: int
+    reason: str
+    batch_id: int
+    topic: str
+    partition: int
+    offset: int
+
+    def to_row(self) -> dict[str, Any]:
+        """JSON-ready dict with the spec's field names."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @staticmethod
+    def from_row(row: Mapping[str, Any]) -> LateRecord:
+        """Inverse of :meth:`to_row`."""
+        return LateRecord(
+            key=str(row["key"]),
+            ts_ms=int(row["ts_ms"]),
+            value=float(row["value"]),
+            window_start_ms=int(row["window_start_ms"]),
+            window_end_ms=int(row["window_end_ms"]),
+            watermark_ms=int(row["watermark_ms"]),
+            lateness_ms=int(row["lateness_ms"]),
+            reason=str(row["reason"]),
+            batch_id=int(row["batch_id"]),
+            topic=str(row["topic"]),
+            partition=int(row["partition"]),
+            offset=int(row["offset"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Bad input (SPEC §6): the raw Kafka value as text (None if the value was null)."""
+
+    raw_value: str | None
+    reason: str
+    topic: str
+    partition: int
+    offset: int
+    batch_id: int
+
+    def to_row(self) -> dict[str, Any]:
+        """JSON-ready dict with the spec's field names."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @staticmethod
+    def from_row(row: Mapping[str, Any]) -> DeadLetter:
+        """Inverse of :meth:`to_row`."""
+        raw = row["raw_value"]
+        return DeadLetter(
+            raw_value=None if raw is None else str(raw),
+            reason=str(row["reason"]),
+            topic=str(row["topic"]),
+            partition=int(row["partition"]),
+            offset=int(row["offset"]),
+            batch_id=int(row["batch_id"]),
+        )
+
+
+def _obj(values: Sequence[Any] | npt.NDArray[Any]) -> npt.NDArray[np.object_]:
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values) if not isinstance(values, np.ndarray) else values
+    return out
+
+
+_INT = np.int64
+_FLOAT = np.float64
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionBatch:
+    """Revisions of one or more micro-batches as columns (one row per :class:`Revision`).
+
+    Rows are sorted by ``(key, window_start_ms, window_end_ms)`` within each micro-batch.
+    ``query_id``, ``mode`` and ``aggs`` are per batch; every other field is an array of the same
+    length: ``key`` object (str); ``timing`` object (``EARLY``/``LATE``/``FINAL``);
+    ``is_final``, ``retracted``, ``has_prev`` bool; ``count``, ``prev_count`` and every ``*_ms``,
+    ``revision``, ``n_late``, ``batch_id`` int64; ``sum``/``min``/``max``/``mean`` and their
+    ``prev_*`` float64. Nulls follow the module's convention (``aggs`` and ``has_prev``).
+    """
+
+    query_id: str
+    mode: str
+    aggs: tuple[str, ...]
+    key: npt.NDArray[np.object_]
+    window_start_ms: npt.NDArray[np.int64]
+    window_end_ms: npt.NDArray[np.int64]
+    revision: npt.NDArray[np.int64]
+    timing: npt.NDArray[np.object_]
+    is_final: npt.NDArray[np.bool_]
+    retracted: npt.NDArray[np.bool_]
+    count: npt.NDArray[np.int64]
+    sum: npt.NDArray[np.float64]
+    min: npt.NDArray[np.float64]
+    max: npt.NDArray[np.float64]
+    mean: npt.NDArray[np.float64]
+    has_prev: npt.NDArray[np.bool_]
+    prev_count: npt.NDArray[np.int64]
+    prev_sum: npt.NDArray[np.float64]
+    prev_min: npt.NDArray[np.float64]
+    prev_max: npt.NDArray[np.float64]
+    prev_mean: npt.NDArray[np.float64]
+    n_late: npt.NDArray[np.int64]
+    max_lateness_ms: npt.NDArray[np.int64]
+    watermark_ms: npt.NDArray[np.int64]
+    batch_id: npt.NDArray[np.int64]
+    emitted_at_ms: npt.NDArray[np.int64]
+
+    ARRAY_FIELDS: ClassVar[tuple[str, ...]] = (
+        "key", "window_start_ms", "window_end_ms", "revision", "timing", "is_final", "retracted",
+        *AGG_FIELDS, "has_prev", *PREV_FIELDS, "n_late", "max_lateness_ms", "watermark_ms",
+        "batch_id", "emitted_at_ms",
+    )
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def valid(self, name: str) -> npt.NDArray[np.bool_]:
+        """Mask of rows where column ``name`` is not null."""
+        n = len(self)
+        if name in AGG_FIELDS:
+            return np.full(n, name in self.aggs)
+        if name in PREV_FIELDS:
+            if name[5:] not in self.aggs:
+                return np.zeros(n, dtype=bool)
+            return self.has_prev.copy()
+        return np.ones(n, dtype=bool)
+
+    def take(self, index: npt.NDArray[np.intp]) -> RevisionBatch:
+        """Rows ``index`` (any integer or bool index) as a new batch."""
+        cols = {f: getattr(self, f)[index] for f in self.ARRAY_FIELDS}
+        return RevisionBatch(self.query_id, self.mode, self.aggs, **cols)
+
+    @staticmethod
+    def empty(query_id: str = "revise", mode: str = "revision",
+              aggs: tuple[str, ...] = AGG_FIELDS) -> RevisionBatch:
+        """A batch with no rows."""
+        cols: dict[str, Any] = {}
+        for f in RevisionBatch.ARRAY_FIELDS:
+            if f in ("key", "timing"):
+                cols[f] = np.empty(0, dtype=object)
+            elif f in ("is_final", "retracted", "has_prev"):
+                cols[f] = np.empty(0, dtype=bool)
+            elif f in ("sum", "min", "max", "mean", "prev_sum", "prev_min", "prev_max",
+                       "prev_mean"):
+                cols[f] = np.empty(0, dtype=_FLOAT)
+            else:
+                cols[f] = np.empty(0, dtype=_INT)
+        return RevisionBatch(query_id, mode, tuple(aggs), **cols)
+
+    @staticmethod
+    def concat(batches: Sequence[RevisionBatch]) -> RevisionBatch:
+        """Rows of all ``batches`` in order; they must share query_id, mode and aggs."""
+        if not batches:
+            return RevisionBatch.empty()
+        first = batches[0]
+        for b in batches[1:]:
+            if (b.query_id, b.mode, b.aggs) != (first.query_id, first.mode, first.aggs):
+                msg = (
+                    "cannot concat revision batches of different query_id/mode/aggs: "
+                    f"{(first.query_id, first.mode, first.aggs)} vs {(b.query_id, b.mode, b.aggs)}"
+                )
+                raise ValueError(msg)
+        if len(batches) == 1:
+            return first
+        cols = {f: np.concatenate([getattr(b, f) for b in batches]) for f in first.ARRAY_FIELDS}
+        return RevisionBatch(first.query_id, first.mode, first.aggs, **cols)
+
+    def to_arrow(self) -> pa.Table:
+        """An Arrow table with :data:`REVISION_SCHEMA` (nulls per the module's convention)."""
+        n = len(self)
+        arrays: list[pa.Array] = []
+        for field in REVISION_SCHEMA:
+            name = field.name
+            if name in ("query_id", "mode"):
+                arrays.append(pa.array(np.full(n, getattr(self, name), dtype=object),
+                                       type=field.type))
+                continue
+            col = getattr(self, name)
+            if name in AGG_FIELDS or name in PREV_FIELDS:
+                mask = ~self.valid(name)
+                arrays.append(pa.array(col, type=field.type, mask=mask if mask.any() else None))
+            else:
+                arrays.append(pa.array(col, type=field.type))
+        return pa.Table.from_arrays(arrays, schema=REVISION_SCHEMA)
+
+    def rows(self) -> Iterator[Revision]:
+        """The rows as :class:`Revision` objects (nulls as None)."""
+        n = len(self)
+        cols: dict[str, list[Any]] = {}
+        for f in self.ARRAY_FIELDS:
+            if f == "has_prev":
+                continue
+            vals = getattr(self, f).tolist()
+            if f in AGG_FIELDS or f in PREV_FIELDS:
+                valid = self.valid(f).tolist()
+                vals = [v if ok else None for v, ok in zip(vals, valid, strict=True)]
+            cols[f] = vals
+        names = [f.name for f in fields(Revision)]
+        for i in range(n):
+            args: list[Any] = [self.query_id if nm == "query_id" else self.mode if nm == "mode"
+                               else cols[nm][i] for nm in names]
+            yield Revision(*args)
+
+    @staticmethod
+    def from_records(records: Sequence[Revision], *, query_id: str = "revise",
+                     mode: str = "revision",
+                     aggs: tuple[str, ...] | None = None) -> RevisionBatch:
+        """Columns from :class:`Revision` rows (all of one query_id and mode).
+
+        ``aggs`` defaults to the aggregates that are non-null in the first row.
+        """
+        if not records:
+            return RevisionBatch.empty(query_id, mode, aggs or AGG_FIELDS)
+        first = records[0]
+        if aggs is None:
+            aggs = tuple(a for a in AGG_FIELDS if getattr(first, a) is not None)
+        cols: dict[str, Any] = {}
+        for f in RevisionBatch.ARRAY_FIELDS:
+            if f == "has_prev":
+                cols[f] = np.array(
+                    [any(getattr(r, p) is not None for p in PREV_FIELDS) for r in records],
+                    dtype=bool)
+            elif f in ("key", "timing"):
+                cols[f] = _obj([getattr(r, f) for r in records])
+            elif f in ("is_final", "retracted"):
+                cols[f] = np.array([getattr(r, f) for r in records], dtype=bool)
+            elif f in ("count", "prev_count"):
+                cols[f] = np.array([getattr(r, f) or 0 for r in records], dtype=_INT)
+            elif f in AGG_FIELDS or f in PREV_FIELDS:
+                cols[f] = np.array([np.nan if getattr(r, f) is None else getattr(r, f)
+                                    for r in records], dtype=_FLOAT)
+            else:
+                cols[f] = np.array([getattr(r, f) for r in records], dtype=_INT)
+        return RevisionBatch(first.query_id, first.mode, tuple(aggs), **cols)
+
+
+@dataclass(frozen=True, slots=True)
+class LateBatch:
+    """Too-late (record, window) pairs as columns, one row per :class:`LateRecord`.
+
+    ``key``, ``reason``, ``topic`` object (str); ``value`` float64; ``partition`` int32; every
+    other field int64. No nulls. Sorted by ``(key, window_start_ms, window_end_ms, ts_ms,
+    partition, offset)`` within each micro-batch.
+    """
+
+    key: npt.NDArray[np.object_]
+    ts_ms: npt.NDArray[np.int64]
+    value: npt.NDArray[np.float64]
+    window_start_ms: npt.NDArray[np.int64]
+    window_end_ms: npt.NDArray[np.int64]
+    watermark_ms: npt.NDArray[np.int64]
+    lateness_ms: npt.NDArray[np.int64]
+    reason: npt.NDArray[np.object_]
+    batch_id: npt.NDArray[np.int64]
+    topic: npt.NDArray[np.object_]
+    partition: npt.NDArray[np.int32]
+    offset: npt.NDArray[np.int64]
+
+    ARRAY_FIELDS: ClassVar[tuple[str, ...]] = (
+        "key", "ts_ms", "value", "window_start_ms", "window_end_ms", "watermark_ms",
+        "lateness_ms", "reason", "batch_id", "topic", "partition", "offset",
+    )
+    _DTYPES: ClassVar[dict[str, Any]] = {
+        "key": object, "reason": object, "topic": object, "value": _FLOAT,
+        "partition": np.int32,
+    }
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    @staticmethod
+    def empty() -> LateBatch:
+        """A batch with no rows."""
+        return LateBatch(**{f: np.empty(0, dtype=LateBatch._DTYPES.get(f, _INT))
+                            for f in LateBatch.ARRAY_FIELDS})
+
+    @staticmethod
+    def concat(batches: Sequence[LateBatch]) -> LateBatch:
+        """Rows of all ``batches`` in order."""
+        if not batches:
+            return LateBatch.empty()
+        if len(batches) == 1:
+            return batches[0]
+        return LateBatch(**{f: np.concatenate([getattr(b, f) for b in batches])
+                            for f in LateBatch.ARRAY_FIELDS})
+
+    def take(self, index: npt.NDArray[np.intp]) -> LateBatch:
+        """Rows ``index`` as a new batch."""
+        return LateBatch(**{f: getattr(self, f)[index] for f in self.ARRAY_FIELDS})
+
+    def to_arrow(self) -> pa.Table:
+        """An Arrow table with :data:`LATE_SCHEMA`."""
+        return pa.Table.from_arrays(
+            [pa.array(getattr(self, f.name), type=f.type) for f in LATE_SCHEMA],
+            schema=LATE_SCHEMA,
+        )
+
+    def rows(self) -> Iterator[LateRecord]:
+        """The rows as :class:`LateRecord` objects."""
+        cols = [getattr(self, f).tolist() for f in self.ARRAY_FIELDS]
+        for vals in zip(*cols, strict=True):
+            yield LateRecord(*vals)
+
+    @staticmethod
+    def from_records(records: Sequence[LateRecord]) -> LateBatch:
+        """Columns from :class:`LateRecord` rows."""
+        cols: dict[str, Any] = {
+            f: (_obj([getattr(r, f) for r in records]) if LateBatch._DTYPES.get(f) is object
+                else np.array([getattr(r, f) for r in records],
+                              dtype=LateBatch._DTYPES.get(f, _INT)))
+            for f in LateBatch.ARRAY_FIELDS
+        }
+        return LateBatch(**cols)
