@@ -1,0 +1,766 @@
+"""The transactional Kafka changelog: one Kafka transaction per micro-batch.
+
+Guarantee (SPEC §5): a ``read_committed`` consumer of the changelog topic sees every revision
+exactly once, across crashes, restarts and zombie instances, and the revisions of one window in
+increasing ``revision`` order. How:
+
+- The producer's ``transactional.id`` is ``revise-<query_id>``. ``init_transactions`` on open
+  fences every older producer with that id (its next produce/commit fails with a fatal fenced
+  error) and aborts the transaction it left open.
+- Each micro-batch's revisions, too-late records, dead letters *and* a progress marker
+  ``(query_id, batch_id)`` are written in one transaction. On open the last committed marker is
+  read back (``read_committed``), so a batch replayed after a crash is skipped, not written twice.
+- Kafka key of a revision = canonical JSON ``{"key","window_start_ms","window_end_ms"}``: the same
+  bytes for a window every time, so all its revisions go to one partition in produce order and log
+  compaction keeps its latest revision.
+
+Trace: ``commit_batch(7, revs, late, dead)`` → begin → 3 revisions + 1 late + marker
+``{"query_id":"q","batch_id":7,…}`` → commit → ``CommitResult(batch_id=7, skipped=False,
+messages=5, …)``; after a crash the job replays batch 7 → ``CommitResult(7, skipped=True, …)``.
+
+The Delta writes are not in this module (see :mod:`sinks.delta_tables`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from revise.errors import ConfigError, ReviseError
+from revise.records import (
+    DEAD_LETTER_SCHEMA,
+    LATE_SCHEMA,
+    REVISION_SCHEMA,
+    DeadLetter,
+    LateRecord,
+    Revision,
+)
+
+__all__ = [
+    "DEFAULT_PRODUCER_CONFIG",
+    "PROGRESS_TOPIC",
+    "ChangelogCommitError",
+    "ChangelogConfig",
+    "ChangelogError",
+    "CommitResult",
+    "Progress",
+    "ProducerFencedError",
+    "TransactionalChangelog",
+    "decode_dead_letter",
+    "decode_late",
+    "decode_revision",
+    "encode_dead_letters",
+    "encode_late",
+    "encode_revisions",
+    "read_committed",
+    "revision_key",
+]
+
+PROGRESS_TOPIC: Final = "_revise_progress"
+"""Default compacted topic holding one progress marker per query id (key = query id)."""
+
+WINDOW_KEY_FIELDS: Final = ("key", "window_start_ms", "window_end_ms")
+
+DEFAULT_PRODUCER_CONFIG: Final[Mapping[str, Any]] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    # librdkafka retries CONCURRENT_TRANSACTIONS (the broker still writing the previous
+    # transaction's markers) after retry.backoff.ms; the default 100 ms puts ~100 ms on every
+    # back-to-back commit (confluent-kafka-python #967). Measured on the embedded broker:
+    # see docs/BENCHMARKS.md and the sinks tests.
+    "retry.backoff.ms": 10,
+    "retry.backoff.max.ms": 200,
+    # Throughput: a micro-batch is produced in one burst, then flushed by the commit.
+    "linger.ms": 20,
+    "batch.size": 1_000_000,
+    "batch.num.messages": 100_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "compression.type": "lz4",
+    # Same partition for the same key bytes as Kafka's Java clients (Kafka Streams, Connect).
+    "partitioner": "murmur2_random",
+    # Failures surface through commit_transaction / flush; no Python callback per message.
+    "delivery.report.only.error": True,
+    "transaction.timeout.ms": 60_000,
+    "message.timeout.ms": 55_000,
+}
+
+_COMMIT_TIMEOUT_S: Final = 60.0
+_FENCED_CODES: Final = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+
+
+class ChangelogError(ReviseError):
+    """A changelog write or read failed."""
+
+
+class ChangelogCommitError(ChangelogError, RuntimeError):
+    """A micro-batch's transaction failed and was aborted: nothing of it is visible."""
+
+
+class ProducerFencedError(ChangelogError, RuntimeError):
+    """Another instance with the same query id took over; this one must stop."""
+
+
+class ChangelogEncodeError(ChangelogError, ValueError):
+    """A batch table lacks fields the changelog must carry."""
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding: vectorized JSON over Arrow columns
+# --------------------------------------------------------------------------------------------
+
+_INT_TEXT: Final = r"^-?[0-9]+$"
+
+
+def _json_strings(col: pa.Array) -> pa.Array:
+    """Render one Arrow column as JSON literals (string array, nulls as ``null``)."""
+    t = col.type
+    if pa.types.is_dictionary(t):
+        col = col.cast(t.value_type)
+        t = col.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        # Escape each distinct string once (orjson), then gather: O(distinct) Python calls.
+        enc = pc.dictionary_encode(col)
+        literals = [orjson.dumps(v).decode() for v in enc.dictionary.to_pylist()]
+        out = pc.take(pa.array(literals, pa.string()), enc.indices)
+    elif pa.types.is_boolean(t) or pa.types.is_integer(t):
+        out = col.cast(pa.string())
+    elif pa.types.is_floating(t):
+        col = col.cast(pa.float64())
+        text = col.cast(pa.string())  # shortest round-trip form
+        # 3 → 3.0 so JSON readers keep the double type; NaN/±inf have no JSON form → null.
+        text = pc.if_else(
+            pc.match_substring_regex(text, _INT_TEXT),
+            pc.binary_join_element_wise(text, ".0", ""),
+            text,
+        )
+        out = pc.if_else(pc.is_finite(col), text, pa.scalar(None, pa.string()))
+    else:  # rare types: one orjson call per value
+        literals = [orjson.dumps(v).decode() for v in col.to_pylist()]
+        out = pa.array(literals, pa.string())
+    return pc.fill_null(out, "null")
+
+
+def _json_objects(
+    table: pa.Table, names: Sequence[str], cache: dict[str, pa.Array] | None = None
+) -> pa.Array:
+    """One JSON object per row with the given columns in the given order (canonical bytes).
+
+    ``cache`` holds already rendered columns (name → JSON literals) to share between the key
+    and the value of the same rows.
+    """
+    parts: list[Any] = []
+    for i, name in enumerate(names):
+        parts.append(("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":")
+        lit = cache.get(name) if cache is not None else None
+        if lit is None:
+            lit = _json_strings(table.column(name).combine_chunks())
+            if cache is not None:
+                cache[name] = lit
+        parts.append(lit)
+    parts.append("}")
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _to_bytes(arr: pa.Array) -> list[bytes]:
+    return arr.cast(pa.binary()).to_pylist()  # type: ignore[no-any-return]
+
+
+def _require(table: pa.Table, schema: pa.Schema, what: str) -> None:
+    missing = [n for n in schema.names if n not in table.column_names]
+    if missing:
+        msg = (
+            f"{what} table lacks field(s) {missing}; expected the SPEC fields {schema.names} "
+            f"(got {table.column_names}); build it with revise.records"
+        )
+        raise ChangelogEncodeError(msg)
+
+
+def encode_revisions(table: pa.Table) -> tuple[list[bytes], list[bytes]]:
+    """Encode revisions as Kafka keys and values, vectorized.
+
+    Args:
+        table: Revisions with (at least) the SPEC §4 fields of ``REVISION_SCHEMA``.
+
+    Returns:
+        ``(keys, values)``: key = ``{"key":…,"window_start_ms":…,"window_end_ms":…}`` (the same
+        bytes for a window every time, for partitioning and compaction); value = a JSON object
+        with every SPEC §4 field in schema order, nulls as ``null``, doubles with a decimal
+        point, non-finite doubles as ``null``.
+
+    Raises:
+        ChangelogEncodeError: a SPEC field is missing.
+    """
+    _require(table, REVISION_SCHEMA, "revisions")
+    if table.num_rows == 0:
+        return [], []
+    cache: dict[str, pa.Array] = {}
+    keys = _json_objects(table, WINDOW_KEY_FIELDS, cache)
+    return _to_bytes(keys), _to_bytes(_json_objects(table, REVISION_SCHEMA.names, cache))
+
+
+def encode_late(table: pa.Table) -> tuple[list[bytes], list[bytes]]:
+    """Encode too-late records: key = the input key (UTF-8), value = JSON of the SPEC §6 fields."""
+    _require(table, LATE_SCHEMA, "late")
+    if table.num_rows == 0:
+        return [], []
+    keys = pc.fill_null(table.column("key").combine_chunks().cast(pa.string()), "")
+    return _to_bytes(keys), _to_bytes(_json_objects(table, LATE_SCHEMA.names))
+
+
+def encode_dead_letters(table: pa.Table) -> tuple[list[bytes | None], list[bytes]]:
+    """Encode dead letters: key = None (bad input has no trusted key), value = SPEC §6 JSON."""
+    _require(table, DEAD_LETTER_SCHEMA, "dead-letter")
+    if table.num_rows == 0:
+        return [], []
+    values = _to_bytes(_json_objects(table, DEAD_LETTER_SCHEMA.names))
+    return [None] * len(values), values
+
+
+def revision_key(key: str, window_start_ms: int, window_end_ms: int) -> bytes:
+    """The changelog key of one window (same bytes as :func:`encode_revisions` gives)."""
+    return orjson.dumps(
+        {"key": key, "window_start_ms": window_start_ms, "window_end_ms": window_end_ms}
+    )
+
+
+def decode_revision(value: bytes) -> Revision:
+    """Decode a changelog value into a :class:`~revise.records.Revision`."""
+    return Revision.from_row(_typed_row(orjson.loads(value), REVISION_SCHEMA))
+
+
+def decode_late(value: bytes) -> LateRecord:
+    """Decode a late-topic value into a :class:`~revise.records.LateRecord`."""
+    return LateRecord.from_row(_typed_row(orjson.loads(value), LATE_SCHEMA))
+
+
+def decode_dead_letter(value: bytes) -> DeadLetter:
+    """Decode a dead-letter-topic value into a :class:`~revise.records.DeadLetter`."""
+    return DeadLetter.from_row(_typed_row(orjson.loads(value), DEAD_LETTER_SCHEMA))
+
+
+def _typed_row(obj: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
+    """JSON object → row with the schema's Python types (JSON ``3`` for a double → ``3.0``)."""
+    row: dict[str, Any] = {}
+    for f in schema:
+        v = obj.get(f.name)
+        if v is not None and pa.types.is_floating(f.type):
+            v = float(v)
+        row[f.name] = v
+    return row
+
+
+# --------------------------------------------------------------------------------------------
+# Reading to the end, read_committed
+# --------------------------------------------------------------------------------------------
+
+
+def read_committed(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    timeout_s: float = 30.0,
+    partitions: Sequence[int] | None = None,
+) -> list[Message]:
+    """Read a topic from the beginning to its end as a ``read_committed`` consumer sees it.
+
+    The end is each partition's high watermark when the call starts. Records before it that
+    belong to a transaction still in flight (or whose commit markers are still being written —
+    ``commit_transaction`` returns before every marker is durable) are waited for, not cut off:
+    the call returns once every partition was read up to that end, i.e. once everything written
+    before the call is decided. Aborted records are never returned. No group offsets are
+    committed. An open transaction that never ends holds the call until ``timeout_s``.
+
+    Args:
+        bootstrap_servers: Kafka bootstrap servers.
+        topic: The topic to read.
+        timeout_s: Give up (raise) after this many seconds.
+        partitions: Only these partitions (default: all).
+
+    Returns:
+        The committed data messages, each partition in offset order.
+
+    Raises:
+        ChangelogError: the topic does not exist, a fetch error, or the timeout passed.
+    """
+    base = {"bootstrap.servers": bootstrap_servers, "enable.auto.commit": False,
+            "group.id": f"revise-reader-{time.monotonic_ns()}"}
+    probe = Consumer({**base, "isolation.level": "read_uncommitted"})
+    consumer = Consumer(
+        {
+            **base,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    try:
+        meta = probe.list_topics(topic, timeout=timeout_s)
+        tmeta = meta.topics.get(topic)
+        if tmeta is None or tmeta.error is not None:
+            msg = f"topic {topic!r} cannot be read: {tmeta.error if tmeta else 'not found'}"
+            raise ChangelogError(msg)
+        pids = sorted(tmeta.partitions) if partitions is None else list(partitions)
+        ends: dict[int, int] = {}
+        for p in pids:
+            # read_uncommitted: the high watermark (a read_committed probe gives the LSO).
+            low, high = probe.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=timeout_s, cached=False
+            )
+            if high > low:
+                ends[p] = high
+        if not ends:
+            return []
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout_s
+        pending = set(ends)
+        while pending:
+            if time.monotonic() > deadline:
+                msg = (
+                    f"reading {topic!r} to its end timed out after {timeout_s}s (partitions "
+                    f"{sorted(pending)} held back by an open transaction?)"
+                )
+                raise ChangelogError(msg)
+            for m in consumer.consume(10_000, timeout=0.2):
+                err = m.error()
+                p = m.partition()
+                if p is None:
+                    continue
+                if err is None:
+                    if (m.offset() or 0) < ends[p]:
+                        out.append(m)
+                    if (m.offset() or 0) + 1 >= ends[p]:
+                        pending.discard(p)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    # EOF is reported at the last stable offset, again each time it moves.
+                    if (m.offset() or 0) >= ends[p]:
+                        pending.discard(p)
+                else:
+                    msg = f"reading {topic!r} failed: {err}"
+                    raise ChangelogError(msg)
+        return out
+    finally:
+        consumer.close()
+        probe.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The transactional changelog
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChangelogConfig:
+    """Where and how the changelog writes.
+
+    Attributes:
+        bootstrap_servers: Kafka bootstrap servers.
+        query_id: The job's stable id; ``transactional.id`` = ``revise-<query_id>``.
+        changelog_topic: Topic of the revisions.
+        late_topic: Topic of too-late records, or None to not write them to Kafka.
+        dead_letter_topic: Topic of bad input, or None to not write it to Kafka.
+        progress_topic: Compacted topic of progress markers (created if missing).
+        transactional: True: exactly-once (transactions + progress check). False: a plain
+            idempotent producer, at-least-once (a replayed batch is written again).
+        producer_config: librdkafka settings overriding :data:`DEFAULT_PRODUCER_CONFIG`.
+    """
+
+    bootstrap_servers: str
+    query_id: str
+    changelog_topic: str
+    late_topic: str | None = None
+    dead_letter_topic: str | None = None
+    progress_topic: str = PROGRESS_TOPIC
+    transactional: bool = True
+    producer_config: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("bootstrap_servers", "query_id", "changelog_topic", "progress_topic"):
+            if not getattr(self, name):
+                msg = f"ChangelogConfig.{name} is empty; give a non-empty value"
+                raise ConfigError(msg)
+
+    @property
+    def transactional_id(self) -> str:
+        """``revise-<query_id>``: one id per query, so a second instance fences the first."""
+        return f"revise-{self.query_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What :meth:`TransactionalChangelog.commit_batch` did.
+
+    Attributes:
+        batch_id: The micro-batch id.
+        skipped: True when the batch was already committed (a replay) and nothing was written.
+        messages: Messages produced, progress marker included (0 when skipped).
+        seconds: Wall time of the whole call.
+    """
+
+    batch_id: int
+    skipped: bool
+    messages: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A committed progress marker (value of the progress topic, key = query id)."""
+
+    query_id: str
+    batch_id: int
+    revisions: int
+    late: int
+    dead_letters: int
+    committed_at_ms: int
+
+    def to_json(self) -> bytes:
+        """The marker's JSON bytes."""
+        return orjson.dumps(
+            {
+                "query_id": self.query_id,
+                "batch_id": self.batch_id,
+                "revisions": self.revisions,
+                "late": self.late,
+                "dead_letters": self.dead_letters,
+                "committed_at_ms": self.committed_at_ms,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, value: bytes) -> Progress:
+        """Parse a marker written by :meth:`to_json`."""
+        o = orjson.loads(value)
+        return cls(
+            query_id=str(o["query_id"]),
+            batch_id=int(o["batch_id"]),
+            revisions=int(o.get("revisions", 0)),
+            late=int(o.get("late", 0)),
+            dead_letters=int(o.get("dead_letters", 0)),
+            committed_at_ms=int(o.get("committed_at_ms", 0)),
+        )
+
+
+def _kafka_error(exc: BaseException) -> KafkaError | None:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
+def _is_fenced(err: KafkaError | None) -> bool:
+    return err is not None and (err.code() in _FENCED_CODES or err.fatal())
+
+
+class TransactionalChangelog:
+    """Writes each micro-batch's revisions, late records and dead letters in one transaction.
+
+    Usage::
+
+        with TransactionalChangelog(cfg) as log:       # open(): fence older instances
+            log.last_committed_batch                   # e.g. 6 after a restart
+            log.commit_batch(7, revisions, late, dead)
+
+    With ``transactional=False`` the same messages (progress marker included) go through a
+    plain idempotent producer, flushed per batch: **at-least-once** — nothing is fenced, no
+    progress is read, a replayed batch is written again. It exists to measure what exactly-once
+    costs.
+    """
+
+    def __init__(self, config: ChangelogConfig) -> None:
+        self.config = config
+        self._producer: Producer | None = None
+        self._last: int | None = None
+        self._fenced = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> TransactionalChangelog:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def open(self, *, timeout_s: float = 60.0) -> TransactionalChangelog:
+        """Create the producer; in transactional mode fence older instances and read progress.
+
+        ``init_transactions`` bumps the producer epoch of ``revise-<query_id>``: any older
+        producer with that id is fenced and its open transaction aborted. Only then is the
+        progress topic read (``read_committed``) for this query's last committed batch id.
+
+        Raises:
+            ProducerFencedError: another instance fenced this one during open.
+            ChangelogError: the broker cannot be reached or the progress topic not read.
+        """
+        cfg = self.config
+        conf: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers}
+        conf.update(DEFAULT_PRODUCER_CONFIG)
+        if cfg.transactional:
+            conf["transactional.id"] = cfg.transactional_id
+        else:
+            conf.pop("transaction.timeout.ms", None)
+        conf.update(cfg.producer_config)
+        producer = Producer(conf)
+        if cfg.transactional:
+            self._ensure_progress_topic(timeout_s)
+            try:
+                producer.init_transactions(timeout_s)
+            except KafkaException as e:
+                err = _kafka_error(e)
+                if _is_fenced(err):
+                    raise self._fenced_error(err) from e
+                msg = f"init_transactions for {cfg.transactional_id!r} failed: {err or e}"
+                raise ChangelogError(msg) from e
+            self._last = self._read_last_committed(timeout_s)
+        self._producer = producer
+        return self
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Flush (non-transactional) and release the producer.
+
+        An open transaction is left to the broker: aborted at ``transaction.timeout.ms`` or by
+        the next instance's ``open``.
+        """
+        p, self._producer = self._producer, None
+        if p is not None and not self.config.transactional and not self._fenced:
+            p.flush(timeout_s)
+
+    @property
+    def last_committed_batch(self) -> int | None:
+        """The highest batch id committed by this query, or None.
+
+        None when nothing was committed yet, and always None when not transactional (no
+        progress is tracked then).
+        """
+        return self._last
+
+    # ---- the commit ------------------------------------------------------------------------
+
+    def commit_batch(
+        self,
+        batch_id: int,
+        revisions: pa.Table,
+        late: pa.Table,
+        dead_letters: pa.Table,
+    ) -> CommitResult:
+        """Commit one micro-batch to Kafka, exactly once.
+
+        The sequence (the same numbers mark the code):
+
+        1. If ``batch_id <= last committed batch`` this is a replay after a crash: write
+           nothing, return ``skipped=True``.
+        2. Begin a transaction.
+        3. Produce the revisions to the changelog topic (key = the window, so one window's
+           revisions stay in one partition, in order), too-late records to the late topic and
+           dead letters to the dead-letter topic (topics that are None are skipped). A full
+           local queue (BufferError) is drained by polling, then the message is retried.
+        4. Produce the progress marker ``(query_id, batch_id, counts)`` to the progress topic.
+        5. Commit. On any error: abort the transaction (nothing of the batch becomes visible)
+           and raise :class:`ChangelogCommitError`; if this producer was fenced by another
+           instance with the same query id, raise :class:`ProducerFencedError` instead.
+
+        The Delta writes come after this and are idempotent on their own (txnAppId/txnVersion).
+        With ``transactional=False`` steps 1, 2 and 5 are a flush instead (at-least-once).
+
+        Args:
+            batch_id: The Spark micro-batch id (monotonically increasing per query).
+            revisions: Revisions (SPEC §4 fields) in emission order.
+            late: Too-late records (SPEC §6 fields).
+            dead_letters: Dead letters (SPEC §6 fields).
+
+        Returns:
+            A :class:`CommitResult`.
+
+        Raises:
+            ProducerFencedError: another instance with this query id has taken over.
+            ChangelogCommitError: the transaction failed and was aborted.
+        """
+        t0 = time.perf_counter()
+        cfg = self.config
+        p = self._producer
+        if p is None:
+            msg = "commit_batch before open(); use `with TransactionalChangelog(cfg) as log:`"
+            raise ChangelogError(msg)
+        if self._fenced:
+            raise self._fenced_error(None)
+        # (1) a replay of a committed batch writes nothing
+        if cfg.transactional and self._last is not None and batch_id <= self._last:
+            return CommitResult(batch_id, True, 0, time.perf_counter() - t0)
+        # Encode before the transaction opens: a bad table never opens one.
+        rev_k, rev_v = encode_revisions(revisions)
+        late_k, late_v = encode_late(late) if cfg.late_topic else ([], [])
+        dead_k, dead_v = encode_dead_letters(dead_letters) if cfg.dead_letter_topic else ([], [])
+        marker = Progress(
+            cfg.query_id, batch_id, len(rev_v), late.num_rows, dead_letters.num_rows,
+            int(time.time() * 1000),
+        )
+        begun = False
+        try:
+            # (2) begin
+            if cfg.transactional:
+                p.begin_transaction()
+                begun = True
+            # (3) revisions, late records, dead letters
+            n = self._produce_all(p, cfg.changelog_topic, rev_k, rev_v)
+            if cfg.late_topic:
+                n += self._produce_all(p, cfg.late_topic, late_k, late_v)
+            if cfg.dead_letter_topic:
+                n += self._produce_all(p, cfg.dead_letter_topic, dead_k, dead_v)
+            # (4) the progress marker
+            n += self._produce_all(
+                p, cfg.progress_topic, [cfg.query_id.encode()], [marker.to_json()]
+            )
+            # (5) commit
+            if cfg.transactional:
+                self._commit(p)
+            else:
+                self._flush(p)
+        except ProducerFencedError:
+            raise
+        except Exception as e:
+            err = _kafka_error(e)
+            if _is_fenced(err):
+                self._fenced = True
+                raise self._fenced_error(err) from e
+            if begun:
+                self._abort(p, e)
+            msg = (
+                f"batch {batch_id} of query {cfg.query_id!r} was not committed to "
+                f"{cfg.changelog_topic!r} ({type(e).__name__}: {err or e}); the transaction "
+                "was aborted, nothing of it is visible; restart the job to retry the batch"
+            )
+            raise ChangelogCommitError(msg) from e
+        if cfg.transactional:
+            self._last = batch_id
+        return CommitResult(batch_id, False, n, time.perf_counter() - t0)
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _produce_all(
+        p: Producer, topic: str, keys: Sequence[bytes | None], values: Sequence[bytes]
+    ) -> int:
+        produce = p.produce
+        for k, v in zip(keys, values, strict=True):
+            while True:
+                try:
+                    produce(topic, v, k)
+                    break
+                except BufferError:
+                    p.poll(0.05)  # the local queue is full: let librdkafka send, then retry
+        p.poll(0)
+        return len(values)
+
+    def _commit(self, p: Producer) -> None:
+        # A retriable commit error may be retried as is (librdkafka transactional API).
+        for attempt in range(3):
+            try:
+                p.commit_transaction(_COMMIT_TIMEOUT_S)
+                return
+            except KafkaException as e:
+                err = _kafka_error(e)
+                if err is not None and err.retriable() and attempt < 2:
+                    continue
+                raise
+
+    def _flush(self, p: Producer) -> None:
+        left = p.flush(_COMMIT_TIMEOUT_S)
+        if left:
+            msg = f"{left} message(s) not delivered within {_COMMIT_TIMEOUT_S}s"
+            raise ChangelogError(msg)
+
+    def _abort(self, p: Producer, cause: BaseException) -> None:
+        try:
+            p.abort_transaction(_COMMIT_TIMEOUT_S)
+        except KafkaException as e:
+            err = _kafka_error(e)
+            if _is_fenced(err):
+                self._fenced = True
+                raise self._fenced_error(err) from cause
+            msg = f"aborting the transaction of query {self.config.query_id!r} failed: {err or e}"
+            raise ChangelogCommitError(msg) from cause
+
+    def _fenced_error(self, err: KafkaError | None) -> ProducerFencedError:
+        self._fenced = True
+        q = self.config.query_id
+        detail = f" ({err.str()})" if err is not None else ""
+        msg = (
+            f"another instance with query id {q!r} has taken over (transactional.id "
+            f"{self.config.transactional_id!r} was fenced){detail}; this instance must stop — "
+            "run only one job per query id"
+        )
+        return ProducerFencedError(msg)
+
+    def _ensure_progress_topic(self, timeout_s: float) -> None:
+        admin = AdminClient({"bootstrap.servers": self.config.bootstrap_servers})
+        topic = self.config.progress_topic
+        md = admin.list_topics(timeout=timeout_s)
+        if topic in md.topics and md.topics[topic].error is None:
+            return
+        fut = admin.create_topics(
+            [
+                NewTopic(
+                    topic,
+                    num_partitions=1,
+                    replication_factor=-1,
+                    config={"cleanup.policy": "compact"},
+                )
+            ],
+            operation_timeout=timeout_s,
+        )[topic]
+        try:
+            fut.result(timeout_s)
+        except KafkaException as e:
+            err = _kafka_error(e)
+            if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                msg = f"cannot create progress topic {topic!r}: {err or e}"
+                raise ChangelogError(msg) from e
+
+    def _read_last_committed(self, timeout_s: float) -> int | None:
+        key = self.config.query_id.encode()
+        last: int | None = None
+        for m in _sorted(
+            read_committed(
+                self.config.bootstrap_servers, self.config.progress_topic, timeout_s=timeout_s
+            )
+        ):
+            value = m.value()
+            if m.key() == key and value is not None:
+                # The last marker in log order is the truth (batch ids only grow per query).
+                last = Progress.from_json(value).batch_id
+        return last
+
+
+def _sorted(messages: list[Message]) -> Iterator[Message]:
+    return iter(sorted(messages, key=lambda m: (m.partition() or 0, m.offset() or 0)))
