@@ -1,0 +1,410 @@
+"""The embedded Apache Kafka broker: real Kafka in KRaft combined mode, started as a JVM process.
+
+One node by default (``revise broker start``), or a cluster of N nodes on one machine
+(``start(..., nodes=3)``) whose internal topics use replication factor min(N, 3). Every node is
+broker + controller; the controller quorum is static (``controller.quorum.voters``) and the
+storage of each node is formatted on first start with one shared cluster id. Settings make
+transactions and consumer groups work on one node: the internal topics'
+replication factor and min ISR follow the node count.
+
+State lives in a home folder (``$REVISE_HOME/broker`` by default, ``~/.revise/broker``)::
+
+    cluster.json       ports, pids, cluster id — what ``status`` prints
+    node-<id>/         server.properties, data/ (the log directory), broker.log
+
+Starting twice reuses the running broker. ``stop`` sends SIGTERM, waits, then SIGKILLs.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from revise.errors import InfraError
+from revise.infra.jars import classpath
+
+__all__ = ["BrokerCluster", "BrokerError", "default_home", "start", "status", "stop"]
+
+_READY_TIMEOUT_S = 90.0
+_STOP_TIMEOUT_S = 30.0
+
+
+class BrokerError(InfraError):
+    """The embedded broker cannot be started, reached or stopped."""
+
+
+def default_home() -> Path:
+    """``$REVISE_HOME/broker`` or ``~/.revise/broker``."""
+    root = os.environ.get("REVISE_HOME")
+    base = Path(root).expanduser() if root else Path.home() / ".revise"
+    return (base / "broker").resolve()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerNode:
+    """One Kafka process: broker and controller on two loopback ports."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerCluster:
+    """A running embedded broker (one or more nodes) and where its files are."""
+
+    home: str
+    cluster_id: str
+    nodes: tuple[BrokerNode, ...]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``127.0.0.1:port[,127.0.0.1:port…]`` for Kafka clients."""
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the nodes."""
+        return [n.pid for n in self.nodes]
+
+    def alive(self) -> bool:
+        """True when every node's process is running."""
+        return all(_pid_alive(n.pid) for n in self.nodes)
+
+    def to_json(self) -> str:
+        """The ``cluster.json`` form."""
+        return json.dumps(
+            {"home": self.home, "cluster_id": self.cluster_id,
+             "nodes": [asdict(n) for n in self.nodes]},
+            indent=2,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> BrokerCluster:
+        """Inverse of :meth:`to_json`."""
+        d = json.loads(text)
+        return cls(d["home"], d["cluster_id"], tuple(BrokerNode(**n) for n in d["nodes"]))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by us) counts as dead.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").is_file():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        msg = (
+            "Java is not installed or not on PATH; the embedded Kafka broker and Spark need "
+            "Java 17. Install it (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME."
+        )
+        raise BrokerError(msg)
+    return found
+
+
+def _state_file(home: Path) -> Path:
+    return home / "cluster.json"
+
+
+def status(home: Path | None = None) -> BrokerCluster | None:
+    """The running embedded broker under ``home``, or None when none runs there."""
+    home = home or default_home()
+    f = _state_file(home)
+    if not f.is_file():
+        return None
+    try:
+        cluster = BrokerCluster.from_json(f.read_text())
+    except (ValueError, KeyError, TypeError):
+        return None
+    return cluster if cluster.alive() else None
+
+
+def _server_properties(
+    node: BrokerNode, voters: str, data_dir: Path, n_nodes: int, partitions: int
+) -> str:
+    rf = min(n_nodes, 3)
+    min_isr = 1 if rf == 1 else 2
+    lines = {
+        "process.roles": "broker,controller",
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data_dir),
+        "num.partitions": str(partitions),
+        "default.replication.factor": str(rf),
+        "min.insync.replicas": str(min_isr),
+        # Internal topics must be satisfiable on this many nodes, or transactions and consumer
+        # groups never become available.
+        "offsets.topic.replication.factor": str(rf),
+        "offsets.topic.num.partitions": "10",
+        "transaction.state.log.replication.factor": str(rf),
+        "transaction.state.log.min.isr": str(min_isr),
+        "transaction.state.log.num.partitions": "10",
+        "share.coordinator.state.topic.replication.factor": str(rf),
+        "share.coordinator.state.topic.min.isr": str(min_isr),
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "true",
+        "log.retention.hours": "168",
+        "log.segment.bytes": str(256 * 1024 * 1024),
+    }
+    return "".join(f"{k}={v}\n" for k, v in lines.items())
+
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+def _check_writable(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        msg = (
+            f"the broker's log directory {path} is not writable ({exc.strerror}); "
+            "pass --home to a folder you can write or fix its permissions"
+        )
+        raise BrokerError(msg) from exc
+
+
+def _run_java(args: list[str], *, log: Path | None = None, heap: str = "1g") -> subprocess.Popen[bytes]:
+    cp = os.pathsep.join(str(p) for p in classpath("kafka"))
+    cmd = [
+        _java(), f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        "-cp", cp, *args,
+    ]
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
+    try:
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    finally:
+        if log:
+            out.close()  # type: ignore[union-attr]
+
+
+def _format(node_dir: Path, cluster_id: str) -> None:
+    log = node_dir / "format.log"
+    proc = _run_java(
+        ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
+         str(node_dir / "server.properties"), "--ignore-formatted"],
+        log=log, heap="256m",
+    )
+    if proc.wait(timeout=120) != 0:
+        msg = f"formatting the broker storage failed; see {log}:\n{log.read_text()[-2000:]}"
+        raise BrokerError(msg)
+
+
+def _wait_ready(cluster: BrokerCluster, timeout_s: float) -> None:
+    from confluent_kafka.admin import AdminClient  # local: keep CLI start-up light
+
+    deadline = time.monotonic() + timeout_s
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0,
+                         "logger": _SilentLogger()})
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if not cluster.alive():
+            logs = "\n".join(
+                f"--- node {n.node_id}:\n"
+                + (Path(cluster.home) / f"node-{n.node_id}" / "broker.log").read_text()[-1500:]
+                for n in cluster.nodes
+            )
+            msg = f"the Kafka broker exited during start-up:\n{logs}"
+            raise BrokerError(msg)
+        try:
+            md = admin.list_topics(timeout=2)
+            if len(md.brokers) >= len(cluster.nodes) and md.controller_id >= 0:
+                return
+            last = f"{len(md.brokers)} of {len(cluster.nodes)} brokers registered"
+        except Exception as exc:  # noqa: BLE001 - any failure means not ready yet
+            last = str(exc)
+        time.sleep(0.3)
+    msg = f"the Kafka broker did not answer metadata requests within {timeout_s:.0f}s ({last})"
+    raise BrokerError(msg)
+
+
+class _SilentLogger:
+    """librdkafka logs connection refusals while the broker starts; they are expected."""
+
+    def log(self, *_args: object, **_kw: object) -> None:
+        return None
+
+
+def start(
+    home: Path | None = None,
+    *,
+    port: int | None = None,
+    nodes: int = 1,
+    partitions: int = 4,
+    ready_timeout_s: float = _READY_TIMEOUT_S,
+) -> BrokerCluster:
+    """Start the embedded broker (or return the one already running under ``home``).
+
+    Args:
+        home: state folder; ``default_home()`` when None. Data persist there across restarts.
+        port: client port of the first node; a free port when None. Node i uses port + i.
+        nodes: 1 (default) or more Kafka processes forming one cluster.
+        partitions: default partition count of auto-created topics.
+        ready_timeout_s: how long to wait for a real metadata answer.
+
+    Raises:
+        BrokerError: Java missing, port taken, log directory not writable, or start-up failed.
+    """
+    home = (home or default_home()).resolve()
+    running = status(home)
+    if running is not None:
+        return running
+    _check_writable(home)
+    previous: BrokerCluster | None = None
+    if _state_file(home).is_file():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            previous = BrokerCluster.from_json(_state_file(home).read_text())
+    if previous is not None and len(previous.nodes) != nodes:
+        msg = (
+            f"{home} holds a {len(previous.nodes)}-node broker, not {nodes}; "
+            "use another --home or delete that folder"
+        )
+        raise BrokerError(msg)
+    if previous is not None and port is None:
+        # Restart on the same ports so clients and topics keep working.
+        ports = [(n.port, n.controller_port) for n in previous.nodes]
+        cluster_id = previous.cluster_id
+    else:
+        base = port if port is not None else None
+        ports = []
+        for i in range(nodes):
+            p = base + i if base is not None else _free_port()
+            ports.append((p, _free_port()))
+        cluster_id = previous.cluster_id if previous else _new_cluster_id()
+    for p, _c in ports:
+        if not _port_free(p):
+            msg = (
+                f"port {p} on 127.0.0.1 is already in use by another process; "
+                "pass --port with a free port or stop that process"
+            )
+            raise BrokerError(msg)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_p, c) in enumerate(ports))
+    started: list[BrokerNode] = []
+    try:
+        for i, (p, c) in enumerate(ports):
+            node_dir = home / f"node-{i + 1}"
+            data_dir = node_dir / "data"
+            _check_writable(data_dir)
+            proto = BrokerNode(i + 1, p, c, 0)
+            (node_dir / "server.properties").write_text(
+                _server_properties(proto, voters, data_dir, nodes, partitions)
+            )
+            log = node_dir / "broker.log"
+            (node_dir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
+            if not (data_dir / "meta.properties").is_file():
+                _format(node_dir, cluster_id)
+            proc = _run_java(
+                [f"-Dlog4j2.configurationFile={node_dir / 'log4j2.properties'}",
+                 f"-Dkafka.logs.dir={node_dir}",
+                 "kafka.Kafka", str(node_dir / "server.properties")],
+                log=node_dir / "stdout.log",
+            )
+            started.append(BrokerNode(i + 1, p, c, proc.pid))
+        cluster = BrokerCluster(str(home), cluster_id, tuple(started))
+        _state_file(home).write_text(cluster.to_json())
+        _wait_ready(cluster, ready_timeout_s)
+    except BaseException:
+        for n in started:
+            _terminate(n.pid, timeout_s=10)
+        raise
+    return cluster
+
+
+def _new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _terminate(pid: int, *, timeout_s: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _pid_alive(pid):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.1)
+    if _pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> BrokerCluster | None:
+    """Stop the embedded broker cleanly (SIGTERM, wait, then SIGKILL); data stay on disk.
+
+    Returns the cluster that was stopped, or None when none was running.
+    """
+    home = (home or default_home()).resolve()
+    cluster = status(home)
+    if cluster is None:
+        return None
+    # Brokers first, then the last node, so the controller quorum outlives the brokers.
+    for n in cluster.nodes:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(n.pid, signal.SIGTERM)
+    for n in cluster.nodes:
+        _terminate(n.pid, timeout_s=timeout_s)
+    return cluster

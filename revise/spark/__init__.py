@@ -1,0 +1,1 @@
+"""The Spark adapter: the only part of ``revise`` that imports pyspark."""

@@ -1,0 +1,92 @@
+"""Shared fixtures: one real Kafka broker and one real Spark session per test session.
+
+- ``kafka_bootstrap``: ``$REVISE_BOOTSTRAP_SERVERS`` when set, else an embedded broker started
+  under a temporary folder (real Apache Kafka, KRaft) and stopped at the end.
+- ``new_topic``: factory creating a fresh uuid-named topic (and returning its name).
+- ``spark``: the project's Spark session (Delta + Kafka connector + RocksDB state store).
+- Delta tables go under pytest's ``tmp_path``.
+
+In CI (``CI`` set) a skipped test fails the run: a real-system test that skips proves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("REVISE_BOOTSTRAP_SERVERS")
+    if external:
+        yield external
+        return
+    from revise.infra import broker
+
+    home = tmp_path_factory.mktemp("broker")
+    cluster = broker.start(home)
+    try:
+        yield cluster.bootstrap_servers
+    finally:
+        broker.stop(home)
+
+
+@pytest.fixture()
+def new_topic(kafka_bootstrap: str) -> Callable[..., str]:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+    def make(prefix: str = "t", *, partitions: int = 2, config: dict[str, str] | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
+        )
+        futures[name].result(30)
+        return name
+
+    return make
+
+
+@pytest.fixture()
+def unique_id() -> Callable[[str], str]:
+    return lambda prefix="id": f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    from revise.spark.session import spark_session
+
+    session = spark_session("revise-tests", ui=False, shuffle_partitions=2)
+    yield session
+    session.stop()
+
+
+@pytest.fixture()
+def delta_path(tmp_path: Path) -> Path:
+    return tmp_path / "delta"
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
+    skipped = terminalreporter.stats.get("skipped", [])
+    if os.environ.get("CI") and skipped:
+        terminalreporter.write_line(
+            f"CI: {len(skipped)} test(s) skipped; a skipped test is a failure here", red=True
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if os.environ.get("CI") and skipped and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
