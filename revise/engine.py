@@ -40,12 +40,19 @@ Timeline (tumbling 10s, grace 5s; ``W`` = watermark of the batch)::
 Sessions (per key, gap ``G``): each record spans ``[ts, ts+G)``; overlapping spans merge
 (touching ones do not); a session is ``[first ts, last ts + G)``. A record is too late when
 ``W >= ts + G + grace`` (judged on its own span; its LateRecord carries ``[ts, ts+G)``), and
-late (``n_late``) when ``W >= ts + G``. A record that overlaps a session that already closed
-starts a new session (the closed one stays final). **Retraction rule**: when a batch changes
-the bounds of a session that was emitted before (extension, or a bridge merging several),
+late (``n_late``) when ``W >= ts + G``. Within a batch the accepted records are merged first
+and windows close after, so a record can still extend a session whose end + grace the batch's
+watermark has passed (as in Spark's session windows); a record that overlaps a session closed
+in an *earlier* batch starts a new session (the closed one stays final).
+
+**Retraction rule**: when a batch changes the bounds of a session that was emitted before
+(extension, or a bridge merging several),
 
 * each old bounds gets one last revision with ``retracted=True``, numbered with its lineage's
-  next number ``r_i``, carrying its unchanged values (``prev_*`` = the same values);
+  next number ``r_i``, carrying its unchanged values (``prev_*`` = the same values) and the
+  ``timing`` of the new bounds' revision (EARLY if ``W < new end`` else LATE: a record may
+  extend a session in the very batch whose watermark would have closed it, so the old
+  bounds' own end can already be ``<= W - grace``);
 * the new bounds' revision is numbered ``max(r_i) + 1`` and its ``prev_*`` hold the merge of
   the old sessions' values (so ``count - prev_count`` is the number of records the batch
   added); later revisions of the new bounds continue densely from there.
@@ -294,19 +301,22 @@ class _KeyTable:
         return len(self.keys)
 
     def encode(self, keys: npt.NDArray[np.object_]) -> tuple[IntArray, IntArray | None]:
-        """Ranks of ``keys``, adding new ones; also the old→new rank map when ranks moved."""
-        codes, uniques = pd.factorize(keys)
-        uniques = np.asarray(uniques, dtype=object)
-        pos = self.index.get_indexer(uniques)
-        remap: IntArray | None = None
-        missing = pos < 0
-        if missing.any():
-            old = self.keys
-            self.keys = np.sort(np.concatenate((old, uniques[missing])))
-            self.index = pd.Index(self.keys)
-            remap = self.index.get_indexer(old).astype(_I64)
-            pos = self.index.get_indexer(uniques)
-        return pos.astype(_I64)[codes], remap
+        """Ranks of ``keys``, adding new ones; also the old→new rank map when ranks moved.
+
+        One hash pass over ``table keys + batch keys``: the table's (sorted, unique) keys take
+        codes ``0..K-1`` = their ranks, so only a batch with new keys needs a re-sort.
+        """
+        n_old = len(self.keys)
+        codes, uniques = pd.factorize(np.concatenate((self.keys, keys)))
+        codes = codes[n_old:].astype(_I64)
+        if len(uniques) == n_old:
+            return codes, None
+        old = self.keys
+        self.keys = np.sort(np.asarray(uniques, dtype=object))
+        self.index = pd.Index(self.keys)
+        # uniques are in first-seen order: old keys first, then the new ones
+        rank_of_code = self.index.get_indexer(uniques).astype(_I64)
+        return rank_of_code[codes], rank_of_code[:n_old] if len(old) else None
 
     def compact(self, live: IntArray) -> IntArray:
         """Keep only ranks in sorted unique ``live``; returns the old→new rank map."""
@@ -599,33 +609,50 @@ class Engine:
     def _process_fixed(self, asg: WindowAssigner, batch: InputBatch, ranks: IntArray, w: int,
                        batch_id: int, out: _Emitter) -> tuple[LateBatch, int | None]:
         grace = self._config.grace_ms
-        vo = np.argsort(batch.values, kind="stable")  # canonical order: value, then arrival
-        k, ts, v = ranks[vo], batch.ts_ms[vo], batch.values[vo]
+        n = len(batch)
+        ts, v = batch.ts_ms, batch.values
         pairs = asg.assign(ts)
         rec, ps, pe = pairs.record, pairs.start_ms, pairs.end_ms
+        identity = len(rec) == n  # tumbling: pair i is record i
         too_late = pe + grace <= w
         late = LateBatch.empty()
         if too_late.any():
             lr = rec[too_late]
-            late = _late_batch(batch, vo[lr], k[lr], ps[too_late], pe[too_late], w, batch_id)
+            late = _late_batch(batch, lr, ranks[lr], ps[too_late], pe[too_late], w, batch_id)
             keep = ~too_late
             rec, ps, pe = rec[keep], ps[keep], pe[keep]
+            identity = False
         if len(rec) == 0:
             return late, None
-        pk, pts, pv = k[rec], ts[rec], v[rec]
+        if identity:
+            pk, pts, pv = ranks, ts, v
+        else:
+            pk, pts, pv = ranks[rec], ts[rec], v[rec]
         max_ts = int(pts.max())
         st = self._state
         wi, swi = asg.window_index(ps), asg.window_index(st.start)
         ids, sids = _pack_ids(pk, wi, st.key, swi, len(self._keys))
-        o = np.argsort(ids, kind="stable")
+        # Sort pairs by (window id, value): the float sums then do not depend on arrival order.
+        vrank = np.empty(n, dtype=_I64)
+        vrank[np.argsort(v)] = np.arange(n, dtype=_I64)
+        prank = vrank if identity else vrank[rec]
+        if int(ids.max()) < (2**62) // max(n, 1):
+            o = np.argsort(ids * n + prank)
+        else:
+            o = np.lexsort((prank, ids))
         sid = ids[o]
         seg = segment_starts(sid)
         uids = sid[seg]
         first = o[seg]
         part = self._aggs.reduce_values(pv[o], seg)
-        is_late = pe[o] <= w
-        n_late = np.add.reduceat(is_late.astype(_I64), seg)
-        max_late = np.maximum.reduceat(np.where(is_late, w - pts[o], 0), seg)
+        pe_o = pe[o]
+        is_late = pe_o <= w
+        if is_late.any():
+            n_late = np.add.reduceat(is_late.astype(_I64), seg)
+            max_late = np.maximum.reduceat(np.where(is_late, w - pts[o], 0), seg)
+        else:
+            n_late = np.zeros(len(seg), dtype=_I64)
+            max_late = np.zeros(len(seg), dtype=_I64)
         pos = np.searchsorted(sids, uids)
         found = np.zeros(len(uids), dtype=bool)
         inside = pos < len(sids)
@@ -722,8 +749,9 @@ class Engine:
             ret_rows = np.flatnonzero(s_old & changed[gid])
             if len(ret_rows):
                 r = old.take(order[ret_rows])
+                # a retraction carries the timing of the revision that supersedes it
                 self._emit_table(out, r, prev=r.cols, has_prev=np.ones(len(r), dtype=bool),
-                                 w=w, retracted=True)
+                                 w=w, retracted=True, timing_end=g_end[gid[ret_rows]])
         rest = st.take(~sel)
         merged = _Table.concat(rest, groups)
         self._state = merged.take(np.lexsort((merged.start, merged.key)))
@@ -745,10 +773,12 @@ class Engine:
         st.rev[rows] += 1
 
     def _emit_table(self, out: _Emitter, t: _Table, *, prev: State,
-                    has_prev: npt.NDArray[np.bool_], w: int, retracted: bool = False) -> None:
+                    has_prev: npt.NDArray[np.bool_], w: int, retracted: bool = False,
+                    timing_end: IntArray | None = None) -> None:
+        end = t.end if timing_end is None else timing_end
         out.add(key=t.key, start=t.start, end=t.end, cols=t.cols, rev=t.rev.copy(),
                 has_prev=has_prev, prev=prev,
-                timing=np.where(w < t.end, _EARLY, _LATE).astype(np.int8),
+                timing=np.where(w < end, _EARLY, _LATE).astype(np.int8),
                 retracted=retracted, is_final=False, n_late=t.n_late, max_late=t.max_late)
 
     def _close(self, w: int, out: _Emitter, *, everything: bool) -> None:

@@ -79,6 +79,9 @@ def test_revision_sequences(config, batches):
     grace = config.grace_ms
     session = config.window.kind == "session"
     windows = by_window(outs)
+    revs_in_batch: dict[tuple[str, int], list] = {}
+    for i, r in [(i, r) for revs in windows.values() for i, r in revs]:
+        revs_in_batch.setdefault((r.key, i), []).append(r)
     retracted_at: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
     for (key, s, e), revs in windows.items():
         for _, r in revs:
@@ -110,6 +113,10 @@ def test_revision_sequences(config, batches):
             if r.is_final:
                 assert r.timing == "FINAL"
                 assert i == len(batches) or r.watermark_ms >= r.window_end_ms + grace
+            elif r.retracted:  # timing of the superseding bounds' revision
+                [sup] = [x for x in revs_in_batch[(w[0], i)] if not x.retracted
+                         and x.window_start_ms <= w[1] and x.window_end_ms >= w[2]]
+                assert r.timing == sup.timing and r.timing in ("EARLY", "LATE")
             elif r.watermark_ms < r.window_end_ms:
                 assert r.timing == "EARLY"
             else:
