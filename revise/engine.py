@@ -689,16 +689,18 @@ class Engine:
     def _process_sessions(self, batch: InputBatch, ranks: IntArray, w: int, batch_id: int,
                           out: _Emitter) -> tuple[LateBatch, int | None]:
         gap, grace = self._config.window.gap_ms, self._config.grace_ms
-        vo = np.argsort(batch.values, kind="stable")
-        k, ts, v = ranks[vo], batch.ts_ms[vo], batch.values[vo]
+        k, ts, v = ranks, batch.ts_ms, batch.values
+        n = len(v)
+        vrank = np.empty(n, dtype=_I64)  # value rank: ties between records sort by value
+        vrank[np.argsort(v)] = np.arange(n, dtype=_I64)
         span_end = ts + gap
         too_late = span_end + grace <= w
         late = LateBatch.empty()
         if too_late.any():
-            late = _late_batch(batch, vo[too_late], k[too_late], ts[too_late],
+            late = _late_batch(batch, np.flatnonzero(too_late), k[too_late], ts[too_late],
                                span_end[too_late], w, batch_id)
             keep = ~too_late
-            k, ts, v, span_end = k[keep], ts[keep], v[keep], span_end[keep]
+            k, ts, v, span_end, vrank = k[keep], ts[keep], v[keep], span_end[keep], vrank[keep]
         if len(k) == 0:
             return late, None
         max_ts = int(ts.max())
@@ -713,7 +715,9 @@ class Engine:
         i_start = np.concatenate((old.start, ts))
         i_end = np.concatenate((old.end, span_end))
         i_rec = np.concatenate((np.zeros(n_o, dtype=bool), np.ones(n_r, dtype=bool)))
-        order = np.lexsort((i_rec, i_start, i_key))  # stable: records keep value order
+        # order by (key, start, stored sessions first, value rank): deterministic float sums
+        i_tie = np.concatenate((np.zeros(n_o, dtype=_I64), vrank + 1))
+        order = _sort_key_start_tie(i_key, i_start, i_tie, n + 1)
         s_key, s_start, s_end, s_old = i_key[order], i_start[order], i_end[order], ~i_rec[order]
         gid = merge_spans(s_key, s_start, s_end)
         seg = segment_starts(gid)
@@ -878,6 +882,19 @@ def _unique_sorted(a: IntArray) -> IntArray:
     if len(a) == 0:
         return a
     return a[segment_starts(a)]
+
+
+def _sort_key_start_tie(key: IntArray, start: IntArray, tie: IntArray,
+                        tie_span: int) -> npt.NDArray[np.intp]:
+    """Argsort by ``(key, start, tie)`` (``0 <= tie < tie_span``), one packed sort if it fits."""
+    if len(key) == 0:
+        return np.empty(0, dtype=np.intp)
+    lo = int(start.min())
+    s_span = int(start.max()) - lo + 1
+    k_span = int(key.max()) + 1
+    if k_span * s_span * tie_span < 2**62:
+        return np.argsort((key * s_span + (start - lo)) * tie_span + tie)
+    return np.lexsort((tie, start, key))
 
 
 def _pack_ids(k: IntArray, wi: IntArray, sk: IntArray, swi: IntArray,

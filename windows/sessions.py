@@ -7,8 +7,9 @@ overlaps two sessions bridges them into one.
 Trace (gap=10): spans ``[0,10) [5,15) [15,25)`` → sessions ``[0,15)`` and ``[15,25)``;
 adding ``[12,22)`` bridges them → ``[0,25)``.
 
-Everything is vectorized: a segmented running maximum of span ends (computed on ranks so that
-many keys fit in one int64 scan) decides where a new session begins.
+Everything is vectorized: a segmented running maximum of span ends (times taken relative to
+each key's first start and lifted per key, so many keys fit in one int64 scan) decides where a
+new session begins.
 """
 
 from __future__ import annotations
@@ -36,16 +37,24 @@ def merge_spans(
     n = len(key)
     if n == 0:
         return np.empty(0, dtype=np.intp)
-    # Rank all times together so (key, rank) packs into one int64 without overflow.
-    times = np.unique(np.concatenate((start_ms, end_ms)))
-    r_start = np.searchsorted(times, start_ms).astype(np.int64)
-    r_end = np.searchsorted(times, end_ms).astype(np.int64)
     key_change = np.empty(n, dtype=bool)
     key_change[0] = True
     key_change[1:] = key[1:] != key[:-1]
     key_seq = np.cumsum(key_change) - 1
-    width = np.int64(len(times) + 1)
-    packed_end = np.maximum.accumulate(key_seq * width + r_end)
+    # Times relative to the first start of their key, lifted by key_seq * width so one running
+    # maximum over all keys never carries an end across a key change.
+    base = start_ms[np.flatnonzero(key_change)][key_seq]
+    r_start = start_ms - base
+    r_end = end_ms - base
+    width = int(r_end.max()) + 1
+    if width * (int(key_seq[-1]) + 1) >= 2**62:
+        # Rare (very long spans per key): rank all times so the packing always fits.
+        times = np.unique(np.concatenate((r_start, r_end)))
+        r_start = np.searchsorted(times, r_start).astype(np.int64)
+        r_end = np.searchsorted(times, r_end).astype(np.int64)
+        width = len(times) + 1
+    lift = key_seq * np.int64(width)
+    packed_end = np.maximum.accumulate(lift + r_end)
     new = key_change.copy()
-    new[1:] |= key_seq[1:] * width + r_start[1:] >= packed_end[:-1]
+    new[1:] |= lift[1:] + r_start[1:] >= packed_end[:-1]
     return (np.cumsum(new) - 1).astype(np.intp)

@@ -1,0 +1,193 @@
+"""Config parsing/validation and the record types' round trips."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from revise.config import EngineConfig, WindowSpec, format_duration, parse_aggs, parse_duration
+from revise.errors import ConfigError
+from revise.records import (
+    DEAD_LETTER_SCHEMA,
+    LATE_SCHEMA,
+    REVISION_SCHEMA,
+    DeadLetter,
+    LateBatch,
+    LateRecord,
+    Revision,
+    RevisionBatch,
+)
+
+
+@pytest.mark.parametrize(("text", "ms"), [("500ms", 500), ("10s", 10_000), ("5m", 300_000),
+                                          ("1h", 3_600_000), ("0s", 0), (" 7 s ", 7000)])
+def test_parse_duration(text, ms):
+    assert parse_duration(text) == ms
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("10", '--grace "10" has no unit; write 10s or 10000ms'),
+    ("1.5s", "is not a duration"),
+    ("-1s", "is not a duration"),
+    ("10d", "is not a duration"),
+])
+def test_parse_duration_errors_say_the_fix(text, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_duration(text, option="--grace")
+
+
+@pytest.mark.parametrize("text", ["tumbling:10s", "hopping:10s:5s", "session:30s",
+                                  "hopping:1500ms:1s", "tumbling:1h", "session:5m"])
+def test_window_spec_round_trip(text):
+    spec = WindowSpec.parse(text)
+    assert str(spec) == text and WindowSpec.parse(str(spec)) == spec
+
+
+def test_window_spec_fields():
+    assert WindowSpec.parse("hopping:10s:5s") == WindowSpec("hopping", 10_000, 5_000)
+    assert WindowSpec("tumbling", size_ms=1000).advance_ms == 1000
+    assert WindowSpec.parse("session:30s").gap_ms == 30_000
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("tumbling:10", 'write tumbling:10s or tumbling:10000ms'),
+    ("hopping:10s:5", "write hopping:10s:5s or hopping:10s:5000ms"),
+    ("sliding:10s", "unknown kind"),
+    ("hopping:10s", "needs 2 duration"),
+    ("hopping:5s:10s", "advance must be > 0 and <= size"),
+    ("hopping:5s:0s", "advance must be > 0"),
+    ("tumbling:0s", "size must be > 0"),
+    ("session:0s", "gap must be > 0"),
+])
+def test_window_spec_errors(text, message):
+    with pytest.raises(ConfigError, match=message):
+        WindowSpec.parse(text)
+
+
+def test_format_duration():
+    assert [format_duration(x) for x in (0, 1, 1500, 2000, 120_000, 7_200_000)] == [
+        "0ms", "1ms", "1500ms", "2s", "2m", "2h"]
+
+
+def test_engine_config_validates_itself():
+    w = WindowSpec.parse("tumbling:10s")
+    c = EngineConfig(w, grace_ms=0)
+    assert c.aggs == ("count", "sum", "min", "max", "mean") and c.mode == "revision"
+    assert EngineConfig(w, 0, aggs=["count"]).aggs == ("count",)  # type: ignore[arg-type]
+    assert parse_aggs("count, SUM") == ("count", "sum")
+    for kw, msg in [({"grace_ms": -1}, "grace_ms must be"), ({"aggs": ("median",)}, "median"),
+                    ({"aggs": ()}, "names no aggregate"), ({"aggs": ("sum", "sum")}, "repeats"),
+                    ({"aggs": "count"}, "parse_aggs"), ({"mode": "x"}, "mode must be"),
+                    ({"query_id": ""}, "query_id"), ({"watermark_delay_ms": -5}, "watermark")]:
+        args = {"grace_ms": 0} | kw
+        with pytest.raises(ConfigError, match=msg):
+            EngineConfig(w, **args)
+    with pytest.raises(ConfigError, match="unknown aggregate 'p99'"):
+        parse_aggs("count,p99")
+    with pytest.raises(ConfigError):
+        EngineConfig("tumbling:10s", 0)  # type: ignore[arg-type]
+    with pytest.raises(AttributeError):
+        c.grace_ms = 5  # type: ignore[misc]
+
+
+opt_int = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))
+opt_float = st.one_of(st.none(), st.floats(allow_nan=False))
+i64 = st.integers(-(2**63), 2**63 - 1)
+text = st.text(max_size=10)
+
+revisions = st.builds(
+    Revision, query_id=text, mode=st.sampled_from(["revision", "watermark"]), key=text,
+    window_start_ms=i64, window_end_ms=i64, revision=st.integers(0, 2**31 - 1),
+    timing=st.sampled_from(["EARLY", "LATE", "FINAL"]), is_final=st.booleans(),
+    retracted=st.booleans(), count=opt_int, sum=opt_float, min=opt_float, max=opt_float,
+    mean=opt_float, prev_count=opt_int, prev_sum=opt_float, prev_min=opt_float,
+    prev_max=opt_float, prev_mean=opt_float, n_late=i64, max_lateness_ms=i64, watermark_ms=i64,
+    batch_id=i64, emitted_at_ms=i64)
+lates = st.builds(LateRecord, key=text, ts_ms=i64, value=st.floats(allow_nan=False),
+                  window_start_ms=i64, window_end_ms=i64, watermark_ms=i64, lateness_ms=i64,
+                  reason=text, batch_id=i64, topic=text,
+                  partition=st.integers(-(2**31), 2**31 - 1), offset=i64)
+deads = st.builds(DeadLetter, raw_value=st.one_of(st.none(), text), reason=text, topic=text,
+                  partition=st.integers(-(2**31), 2**31 - 1), offset=i64, batch_id=i64)
+
+
+@given(revisions)
+def test_revision_row_round_trip(r):
+    row = r.to_row()
+    assert list(row) == [f.name for f in REVISION_SCHEMA]
+    assert Revision.from_row(json.loads(json.dumps(row))) == r
+    table = pa.Table.from_pylist([row], schema=REVISION_SCHEMA)
+    assert Revision.from_row(table.to_pylist()[0]) == r
+
+
+@given(lates)
+def test_late_row_round_trip(r):
+    row = r.to_row()
+    assert list(row) == [f.name for f in LATE_SCHEMA]
+    assert LateRecord.from_row(json.loads(json.dumps(row))) == r
+    table = pa.Table.from_pylist([row], schema=LATE_SCHEMA)
+    assert LateRecord.from_row(table.to_pylist()[0]) == r
+    batch = LateBatch.from_records([r])
+    assert batch.to_arrow().equals(table) and list(batch.rows()) == [r]
+
+
+@given(deads)
+def test_dead_letter_row_round_trip(r):
+    row = r.to_row()
+    assert list(row) == [f.name for f in DEAD_LETTER_SCHEMA]
+    assert DeadLetter.from_row(json.loads(json.dumps(row))) == r
+    assert DeadLetter.from_row(
+        pa.Table.from_pylist([row], schema=DEAD_LETTER_SCHEMA).to_pylist()[0]) == r
+
+
+def _consistent(r: Revision, aggs: tuple[str, ...], has_prev: bool) -> Revision:
+    """A revision obeying the batch null convention (per-batch aggs, prev all-or-nothing)."""
+    vals = r.to_row()
+    for a in ("count", "sum", "min", "max", "mean"):
+        if a not in aggs:
+            vals[a] = vals[f"prev_{a}"] = None
+        else:
+            vals[a] = vals[a] if vals[a] is not None else (1 if a == "count" else 1.5)
+            p = vals[f"prev_{a}"]
+            vals[f"prev_{a}"] = (p if p is not None else (0 if a == "count" else 0.5)) \
+                if has_prev else None
+    vals["query_id"], vals["mode"] = "q", "revision"
+    return Revision.from_row(vals)
+
+
+@given(st.lists(st.tuples(revisions, st.booleans()), max_size=5),
+       st.sampled_from([("count",), ("sum", "max"), ("count", "sum", "min", "max", "mean")]))
+def test_revision_batch_round_trip(rows, aggs):
+    recs = [_consistent(r, aggs, hp) for r, hp in rows]
+    batch = RevisionBatch.from_records(recs, query_id="q", mode="revision", aggs=aggs)
+    assert len(batch) == len(recs)
+    assert list(batch.rows()) == recs
+    table = batch.to_arrow()
+    assert table.schema == REVISION_SCHEMA
+    assert [Revision.from_row(x) for x in table.to_pylist()] == recs
+    both = RevisionBatch.concat([batch, batch])
+    assert list(both.rows()) == recs + recs
+    assert len(RevisionBatch.concat([RevisionBatch.empty("q", "revision", aggs), batch])) == \
+        len(recs)
+    assert RevisionBatch.empty().to_arrow().num_rows == 0
+
+
+def test_revision_batch_null_convention_and_concat_guard():
+    r = _consistent(next(iter([Revision("q", "revision", "k", 0, 10, 0, "EARLY", False, False,
+                                        3, 1.0, 0.0, 1.0, 0.5, None, None, None, None, None,
+                                        0, 0, 0, 0, 0)])), ("count", "max"), False)
+    b = RevisionBatch.from_records([r], query_id="q", mode="revision", aggs=("count", "max"))
+    assert b.valid("count").tolist() == [True] and b.valid("sum").tolist() == [False]
+    assert b.valid("prev_count").tolist() == [False]
+    t = b.to_arrow()
+    assert t.column("sum").null_count == 1 and t.column("prev_max").null_count == 1
+    other = RevisionBatch.empty("other", "revision", ("count", "max"))
+    with pytest.raises(ValueError, match="cannot concat"):
+        RevisionBatch.concat([b, other])
+    assert LateBatch.concat([]).to_arrow().schema == LATE_SCHEMA
+    assert isinstance(b.key, np.ndarray) and b.key.dtype == object
