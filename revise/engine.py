@@ -23,9 +23,9 @@ Per ``process(batch, watermark_ms=W)``:
    and ``prev_*`` null.
 
 Output rows are sorted by ``(key, window_start_ms, window_end_ms)``; late rows by ``(key,
-window_start_ms, window_end_ms, ts_ms, partition, offset, value)``. Within a batch the records
-are first put in value order, so aggregates (even float sums) do not depend on record order:
-the same batches give bit-identical revisions.
+window_start_ms, window_end_ms, ts_ms, partition, offset, value)``. Within a window the
+batch's records are reduced in value order, so aggregates (even float sums) do not depend on
+the order of records within a batch: the same batches give bit-identical revisions.
 
 Timeline (tumbling 10s, grace 5s; ``W`` = watermark of the batch)::
 
@@ -613,7 +613,7 @@ class Engine:
         ts, v = batch.ts_ms, batch.values
         pairs = asg.assign(ts)
         rec, ps, pe = pairs.record, pairs.start_ms, pairs.end_ms
-        identity = len(rec) == n  # tumbling: pair i is record i
+        identity = len(rec) == n and bool((rec == np.arange(n)).all())  # pair i is record i
         too_late = pe + grace <= w
         late = LateBatch.empty()
         if too_late.any():

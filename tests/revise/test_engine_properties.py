@@ -18,7 +18,7 @@ from revise.local import run_batches
 from revise.records import RevisionBatch
 from windows import WatermarkTracker
 
-SETTINGS = settings(max_examples=150, deadline=None,
+SETTINGS = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
