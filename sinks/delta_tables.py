@@ -188,14 +188,19 @@ class DeltaTables:
         t: dict[str, float] = {}
         try:
             qid = F.lit(query_id)
+            has_revisions = not revisions.isEmpty()  # one Spark job, shared by (a) and (d)
             # (a)(b)(c) idempotent appends
-            t["revisions"] = self._append("revisions", revisions, app_id, batch_id)
+            t["revisions"] = (
+                self._append("revisions", revisions, app_id, batch_id, nonempty=True)
+                if has_revisions
+                else 0.0
+            )
             t["late"] = self._append("late", late.withColumn("query_id", qid), app_id, batch_id)
             t["dead_letter"] = self._append(
                 "dead_letter", dead_letters.withColumn("query_id", qid), app_id, batch_id
             )
             # (d) MERGE into latest, same transaction identifiers
-            t["latest"] = self._merge_latest(revisions, app_id, batch_id)
+            t["latest"] = self._merge_latest(revisions, app_id, batch_id) if has_revisions else 0.0
         except Exception as e:
             msg = (
                 f"Delta write of batch {batch_id} of query {query_id!r} under {self.path!r} "
@@ -211,9 +216,11 @@ class DeltaTables:
     def _conform(self, table: str, df: DataFrame) -> DataFrame:
         return df.select(*[F.col(f.name).cast(f.dataType) for f in table_schema(table).fields])
 
-    def _append(self, table: str, df: DataFrame, app_id: str, batch_id: int) -> float:
+    def _append(
+        self, table: str, df: DataFrame, app_id: str, batch_id: int, *, nonempty: bool = False
+    ) -> float:
         t0 = time.perf_counter()
-        if df.isEmpty():
+        if not nonempty and df.isEmpty():
             return 0.0
         (
             self._conform(table, df)
@@ -227,8 +234,6 @@ class DeltaTables:
 
     def _merge_latest(self, revisions: DataFrame, app_id: str, batch_id: int) -> float:
         t0 = time.perf_counter()
-        if revisions.isEmpty():
-            return 0.0
         top = Window.partitionBy(*WINDOW_ID).orderBy(F.col("revision").desc())
         source = (
             self._conform("latest", revisions)
