@@ -1,0 +1,127 @@
+"""The streaming job's configuration: where it reads, where it writes, how it batches.
+
+A frozen, self-validating dataclass built by the CLI (``revise run``) or by code; the engine's
+own settings (window, grace, delay, aggregates, mode, query id) live in
+:class:`revise.config.EngineConfig` inside it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from revise.config import EngineConfig
+from revise.errors import ConfigError
+
+__all__ = ["DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "JobConfig"]
+
+DEFAULT_SHARDS = 8
+"""Keys are hashed into this many shards; one Python call per shard per micro-batch."""
+
+DEFAULT_TRIGGER_MS = 1_000
+"""Micro-batch interval of an unbounded run when ``--trigger`` is not given."""
+
+_QUERY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+@dataclass(frozen=True, slots=True)
+class JobConfig:
+    """Everything ``revise run`` needs.
+
+    Attributes:
+        bootstrap_servers: Kafka bootstrap servers (``HOST:PORT[,HOST:PORT…]``).
+        input_topic: Topic of JSON events.
+        changelog_topic: Topic the revisions are committed to, transactionally.
+        delta_path: Folder (or URI) holding the Delta tables.
+        checkpoint: Spark checkpoint folder (offsets and the engine's state).
+        engine: Window, grace, delay, aggregates, mode and query id.
+        late_topic: Optional topic of too-late records.
+        dead_letter_topic: Optional topic of bad input.
+        trigger_ms: Micro-batch interval; None → back-to-back for ``once``, 1 s otherwise.
+        max_records_per_batch: Cap on input records per micro-batch (``maxOffsetsPerTrigger``).
+        once: Process what is in the topic at start, close every window, stop.
+        shards: Number of key shards (fixed for the life of a checkpoint).
+        key_field, ts_field, value_field: JSON field names of the input.
+        transactional: Exactly-once changelog (True) or a plain at-least-once producer.
+        progress_topic: Compacted topic of the changelog's progress markers.
+        starting_offsets: Where a new checkpoint starts reading (``earliest``/``latest``).
+    """
+
+    bootstrap_servers: str
+    input_topic: str
+    changelog_topic: str
+    delta_path: str
+    checkpoint: str
+    engine: EngineConfig
+    late_topic: str | None = None
+    dead_letter_topic: str | None = None
+    trigger_ms: int | None = None
+    max_records_per_batch: int | None = None
+    once: bool = False
+    shards: int = DEFAULT_SHARDS
+    key_field: str = "key"
+    ts_field: str = "ts"
+    value_field: str = "value"
+    transactional: bool = True
+    progress_topic: str = "_revise_progress"
+    starting_offsets: str = "earliest"
+
+    def __post_init__(self) -> None:
+        for name in ("bootstrap_servers", "input_topic", "changelog_topic", "delta_path",
+                     "checkpoint"):
+            if not getattr(self, name):
+                flag = "--" + name.replace("_", "-")
+                msg = f"{flag} is required; give it on the command line or as REVISE_{name.upper()}"
+                raise ConfigError(msg)
+        if not _QUERY_ID.match(self.engine.query_id):
+            msg = (
+                f"--query-id {self.engine.query_id!r} is not a valid id; use letters, digits, "
+                "'.', '_' or '-' (at most 200 characters), starting with a letter or digit"
+            )
+            raise ConfigError(msg)
+        if self.shards < 1:
+            msg = f"--shards must be >= 1, got {self.shards}"
+            raise ConfigError(msg)
+        if self.max_records_per_batch is not None and self.max_records_per_batch < 1:
+            msg = f"--max-records-per-batch must be >= 1, got {self.max_records_per_batch}"
+            raise ConfigError(msg)
+        if self.trigger_ms is not None and self.trigger_ms < 0:
+            msg = f"--trigger must be >= 0ms, got {self.trigger_ms}ms"
+            raise ConfigError(msg)
+        if self.starting_offsets not in ("earliest", "latest"):
+            msg = f"starting offsets must be earliest or latest, got {self.starting_offsets!r}"
+            raise ConfigError(msg)
+        outputs = [t for t in (self.changelog_topic, self.late_topic, self.dead_letter_topic) if t]
+        if self.input_topic in outputs:
+            msg = (
+                f"--input-topic {self.input_topic!r} is also an output topic; "
+                "read from one topic and write to others"
+            )
+            raise ConfigError(msg)
+
+    @property
+    def query_id(self) -> str:
+        """The job's stable id (also the Kafka transactional id's suffix)."""
+        return self.engine.query_id
+
+    @property
+    def effective_trigger_ms(self) -> int:
+        """The micro-batch interval in force: back-to-back for ``once``, else 1 s by default."""
+        if self.trigger_ms is not None:
+            return self.trigger_ms
+        return 0 if self.once else DEFAULT_TRIGGER_MS
+
+    def fingerprint(self) -> dict[str, object]:
+        """What a checkpoint is tied to: changing any of these needs a new checkpoint."""
+        e = self.engine
+        return {
+            "query_id": e.query_id,
+            "input_topic": self.input_topic,
+            "window": str(e.window),
+            "grace_ms": e.grace_ms,
+            "watermark_delay_ms": e.watermark_delay_ms,
+            "aggs": list(e.aggs),
+            "mode": e.mode,
+            "shards": self.shards,
+            "fields": [self.key_field, self.ts_field, self.value_field],
+        }

@@ -1,0 +1,681 @@
+"""The streaming job: Kafka in, revisions out, on Spark Structured Streaming.
+
+The query, stage by stage::
+
+    Kafka source (read_committed, maxOffsetsPerTrigger)   control files (close-all commands)
+            │ parse + validate in the JVM (revise.spark.parse)       │
+            └──────────────── union ─────────────────────────────────┘
+                      │ event_time = ts (0 for bad input and commands)
+                      │ withWatermark(event_time, watermark_delay)  → Spark's global watermark
+                      │ shard = pmod(xxhash64(key), shards)
+                      ▼
+      groupBy(shard).applyInPandasWithState(ProcessingTimeTimeout)   — the revision engine,
+                      │  one call per shard per micro-batch, engine snapshot in the state
+                      │  store (RocksDB), so Spark's checkpoint covers it
+                      ▼
+      foreachBatch(BatchCommitter)  — one Kafka transaction + idempotent Delta writes per batch
+
+Why these choices (checked on Spark 4.2, pinned by tests/integration/test_spark_semantics.py):
+
+- The watermark is Spark's, computed from every partition's accepted records, identical for
+  all shards (``state.getCurrentWatermarkMs()``). With a processing-time timeout Spark does not
+  drop rows behind the watermark: the engine sees every late record and decides itself.
+- A processing-time timeout of 1 ms makes Spark call every shard that holds open windows in
+  every micro-batch, including micro-batches without new data, so windows close as the
+  watermark advances even for keys that receive nothing.
+- Such a query never runs out of micro-batches, so ``availableNow`` would never end. A bounded
+  run (``--once``) instead records the input's end offsets at start, runs until the query has
+  read them, then drops a close-all command file into the control source; the micro-batch
+  that reads it closes every window (one FINAL each) and the job stops. The command is part of
+  the checkpointed input, so a crash and restart replays it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from revise.config import EngineConfig
+from revise.engine import Engine, InputBatch
+from revise.errors import ConfigError, ReviseError
+from revise.jobconfig import JobConfig
+from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from revise.spark.parse import classify
+from revise.spark.session import spark_session
+from sinks.delta_tables import DeltaTables, register_views
+from sinks.kafka_changelog import ChangelogConfig, ProducerFencedError, TransactionalChangelog
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.state import GroupState
+
+__all__ = ["JobError", "JobResult", "run_job"]
+
+log = logging.getLogger("revise.job")
+
+CLOSE_ALL = "close_all"
+
+# The stateful operator's output: the union of revisions, too-late records and dead letters,
+# told apart by ``kind``.
+_OUTPUT_FIELDS: list[pa.Field] = [pa.field("kind", pa.string())]
+for _schema in (REVISION_SCHEMA, LATE_SCHEMA, DEAD_LETTER_SCHEMA):
+    for _f in _schema:
+        if _f.name not in {f.name for f in _OUTPUT_FIELDS}:
+            _OUTPUT_FIELDS.append(pa.field(_f.name, _f.type, nullable=True))
+OUTPUT_SCHEMA = pa.schema(_OUTPUT_FIELDS)
+
+_SPARK_TYPES = {
+    pa.string(): "STRING", pa.int64(): "BIGINT", pa.int32(): "INT",
+    pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN",
+}
+_OUTPUT_DDL = ", ".join(f"`{f.name}` {_SPARK_TYPES[f.type]}" for f in OUTPUT_SCHEMA)
+_STATE_DDL = "snapshot BINARY"
+
+
+class JobError(ReviseError, RuntimeError):
+    """The streaming query failed; the message carries Spark's reason."""
+
+
+@dataclass(slots=True)
+class JobResult:
+    """What a run did (the driver's view)."""
+
+    query_id: str
+    batches: int = 0
+    input_records: int = 0
+    revisions: int = 0
+    late: int = 0
+    dead_letters: int = 0
+    skipped_batches: int = 0
+    first_revision_s: float | None = None
+    seconds: float = 0.0
+    commit_seconds: float = 0.0
+    kafka_seconds: float = 0.0
+    delta_seconds: float = 0.0
+    last_watermark_ms: int = 0
+    stopped_by_signal: bool = False
+    progress: list[dict[str, Any]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- the query
+
+
+def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataFrame:
+    """The streaming DataFrame of the whole job up to (not including) the sink."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
+        .option("subscribe", cfg.input_topic)
+        .option("startingOffsets", cfg.starting_offsets)
+        .option("kafka.isolation.level", "read_committed")
+        .option("failOnDataLoss", "true")
+        .option("includeHeaders", "false")
+    )
+    if cfg.max_records_per_batch:
+        reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_records_per_batch))
+    value_required = any(a != "count" for a in cfg.engine.aggs)
+    data = classify(
+        reader.load(),
+        key_field=cfg.key_field,
+        ts_field=cfg.ts_field,
+        value_field=cfg.value_field,
+        value_required=value_required,
+    ).select(
+        "key", "ts_ms", "value", "partition", "offset", "reason",
+        F.when(F.col("reason").isNotNull(), F.col("raw_value")).alias("raw_value"),
+        F.lit(None).cast("string").alias("command"),
+        F.when(
+            F.col("reason").isNull(), F.expr(f"pmod(xxhash64(key), {cfg.shards})")
+        ).otherwise(F.expr(f"pmod(offset, {cfg.shards})")).cast("int").alias("shard"),
+    )
+    control = (
+        spark.readStream.schema("command STRING, shard INT")
+        .json(control_dir)
+        .select(
+            F.lit(None).cast("string").alias("key"),
+            F.lit(None).cast("bigint").alias("ts_ms"),
+            F.lit(None).cast("double").alias("value"),
+            F.lit(None).cast("int").alias("partition"),
+            F.lit(None).cast("bigint").alias("offset"),
+            F.lit(None).cast("string").alias("reason"),
+            F.lit(None).cast("string").alias("raw_value"),
+            "command",
+            "shard",
+        )
+    )
+    events = (
+        data.unionByName(control)
+        .withColumn(
+            "event_time",
+            F.expr("timestamp_millis(CASE WHEN reason IS NULL AND command IS NULL "
+                   "THEN ts_ms ELSE 0 END)"),
+        )
+        .withWatermark("event_time", f"{cfg.engine.watermark_delay_ms} milliseconds")
+    )
+    fn = make_state_fn(cfg.engine, cfg.input_topic)
+    return events.groupBy("shard").applyInPandasWithState(
+        fn, _OUTPUT_DDL, _STATE_DDL, "Update", GroupStateTimeout.ProcessingTimeTimeout
+    )
+
+
+def make_state_fn(
+    engine_cfg: EngineConfig, topic: str
+) -> Callable[[Any, Iterator[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]:
+    """The per-shard function Spark calls once per micro-batch for each shard with data or state.
+
+    It restores the shard's engine from its snapshot, applies the batch's records against the
+    watermark Spark gives (the same for every shard), handles a close-all command, emits the
+    revisions, too-late records and dead letters as one table, and stores the new snapshot —
+    or drops the state when no window is open.
+    """
+
+    def fn(key: Any, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or 0) if ctx else 0
+        watermark_ms = max(0, int(state.getCurrentWatermarkMs()))
+        now_ms = int(state.getCurrentProcessingTimeMs())
+        frames = [p for p in pdfs if len(p)]
+        rows = pd.concat(frames, ignore_index=True) if frames else None
+        engine = Engine.build(engine_cfg, state.get[0] if state.exists else None)
+        outputs: list[pa.Table] = []
+        close_all = False
+        if rows is not None:
+            command = rows["command"].notna().to_numpy()
+            close_all = bool(command.any())
+            bad = rows["reason"].notna().to_numpy() & ~command
+            good = ~bad & ~command
+            if bad.any():
+                outputs.append(_dead_letters(rows[bad], topic, batch_id))
+            g = rows[good]
+            batch = InputBatch.from_arrays(
+                g["key"].to_numpy(dtype=object),
+                g["ts_ms"].to_numpy(dtype=np.int64),
+                g["value"].to_numpy(dtype=np.float64),
+                g["partition"].to_numpy(dtype=np.int32),
+                g["offset"].to_numpy(dtype=np.int64),
+                topic=topic,
+            )
+        else:
+            batch = InputBatch.empty(topic)
+        out = engine.process(batch, watermark_ms=watermark_ms, batch_id=batch_id, now_ms=now_ms)
+        outputs.append(_tag(out.revisions.to_arrow(), "revision"))
+        outputs.append(_tag(out.late.to_arrow(), "late"))
+        if close_all:
+            last = watermark_ms
+            if out.max_accepted_ts_ms is not None:
+                last = max(last, out.max_accepted_ts_ms - engine_cfg.watermark_delay_ms)
+            closed = engine.close_all(watermark_ms=last, batch_id=batch_id, now_ms=now_ms)
+            outputs.append(_tag(closed.revisions.to_arrow(), "revision"))
+        if engine.open_windows:
+            state.update((engine.snapshot(),))
+            state.setTimeoutDuration(1)
+        elif state.exists:
+            state.remove()
+        table = pa.concat_tables(
+            [t for t in outputs if t.num_rows], promote_options="default"
+        ) if any(t.num_rows for t in outputs) else None
+        if table is not None:
+            yield _conform(table).to_pandas()
+
+    return fn
+
+
+def _tag(table: pa.Table, kind: str) -> pa.Table:
+    return table.append_column("kind", pa.array([kind] * table.num_rows, pa.string()))
+
+
+def _dead_letters(rows: pd.DataFrame, topic: str, batch_id: int) -> pa.Table:
+    n = len(rows)
+    return pa.table(
+        {
+            "kind": pa.array(["dead"] * n, pa.string()),
+            "raw_value": pa.array(rows["raw_value"].tolist(), pa.string()),
+            "reason": pa.array(rows["reason"].tolist(), pa.string()),
+            "topic": pa.array([topic] * n, pa.string()),
+            "partition": pa.array(rows["partition"].to_numpy(dtype=np.int32)),
+            "offset": pa.array(rows["offset"].to_numpy(dtype=np.int64)),
+            "batch_id": pa.array(np.full(n, batch_id, dtype=np.int64)),
+        }
+    )
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    """Every output column, in order, with nulls where a kind lacks it."""
+    cols = []
+    for f in OUTPUT_SCHEMA:
+        if f.name in table.column_names:
+            cols.append(table.column(f.name).cast(f.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=OUTPUT_SCHEMA)
+
+
+# --------------------------------------------------------------------------- the commit
+
+
+CrashHook = Callable[[str, int], None]
+
+
+def _crash_hook_from_env() -> CrashHook | None:
+    """``REVISE_CRASH_AT=<point>:<batch_id>`` SIGKILLs this process at that point (tests only).
+
+    Points: ``before_kafka`` (after collecting, nothing written), ``before_kafka_commit``
+    (inside the transaction, before commit), ``after_kafka`` (Kafka committed, Delta not
+    written), ``during_delta`` (between the Delta tables), ``after_delta`` (everything written,
+    Spark has not recorded the batch).
+    """
+    spec = os.environ.get("REVISE_CRASH_AT")
+    if not spec:
+        return None
+    point, _, batch = spec.partition(":")
+    target = int(batch or 0)
+
+    def hook(at: str, batch_id: int) -> None:
+        if at == point and batch_id >= target:
+            log.warning("REVISE_CRASH_AT: killing the job at %s of batch %d", at, batch_id)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+class BatchCommitter:
+    """The ``foreachBatch`` sink: commits each micro-batch exactly once to Kafka and Delta."""
+
+    def __init__(
+        self,
+        cfg: JobConfig,
+        changelog: TransactionalChangelog,
+        tables: DeltaTables,
+        result: JobResult,
+        crash_hook: CrashHook | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.changelog = changelog
+        self.tables = tables
+        self.result = result
+        self.crash_hook = crash_hook
+        self.started = time.monotonic()
+        self.last_batch_id: int | None = None
+        self.error: BaseException | None = None
+
+    def _crash(self, point: str, batch_id: int) -> None:
+        if self.crash_hook is not None:
+            self.crash_hook(point, batch_id)
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """Commit micro-batch ``batch_id``; a replay after a crash changes nothing.
+
+        The sequence (the same numbers mark the code):
+
+        1. Compute the batch once (persisted) and collect it to the driver as Arrow; stamp
+           ``emitted_at_ms`` with the wall clock, once, so Kafka and Delta carry the same value.
+        2. Kafka, one transaction (``TransactionalChangelog.commit_batch``): skip if the
+           progress topic already holds this batch (a replay); else begin → produce revisions,
+           too-late records, dead letters → produce the progress marker (query_id, batch_id) →
+           commit. On any error the transaction is aborted and the error raised, which fails
+           the query loudly; a fenced producer (another instance took over this query id)
+           raises ``ProducerFencedError``.
+        3. Delta (``DeltaTables.write_batch``): append ``revisions``, ``late``,
+           ``dead_letter`` and MERGE ``latest``, each tagged (txnAppId=query, txnVersion=
+           batch_id) so a replayed batch is a no-op.
+        4. Return: Spark records the batch in its commit log. A crash anywhere before this
+           replays the batch with the same offsets and state, so the same revisions, and
+           steps 2 and 3 turn the replay into no-ops where they already happened.
+        """
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        t0 = time.monotonic()
+        # 1. compute once, collect, stamp
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            table = df.toArrow()
+            if table.num_rows == 0:
+                self._account(batch_id, table, None, t0, 0.0, 0.0)
+                return
+            emitted_at = int(time.time() * 1000)
+            kind = table.column("kind")
+            revisions = _select(table, pc.equal(kind, "revision"), REVISION_SCHEMA, emitted_at)
+            late = _select(table, pc.equal(kind, "late"), LATE_SCHEMA)
+            dead = _select(table, pc.equal(kind, "dead"), DEAD_LETTER_SCHEMA)
+            self._crash("before_kafka", batch_id)
+            # 2. Kafka: one transaction, skipped when this batch is already committed
+            tk = time.monotonic()
+            committed = self.changelog.commit_batch(batch_id, revisions, late, dead)
+            kafka_s = time.monotonic() - tk
+            self._crash("after_kafka", batch_id)
+            # 3. Delta: idempotent per (query_id, batch_id)
+            td = time.monotonic()
+
+            def part(k: str, schema: pa.Schema) -> DataFrame:
+                sel = df.filter(F.col("kind") == k).select(*schema.names)
+                if k == "revision":
+                    sel = sel.withColumn("emitted_at_ms", F.lit(emitted_at).cast("bigint"))
+                return sel
+
+            self.tables.write_batch(
+                self.cfg.query_id,
+                batch_id,
+                part("revision", REVISION_SCHEMA),
+                part("late", LATE_SCHEMA),
+                part("dead", DEAD_LETTER_SCHEMA),
+            )
+            delta_s = time.monotonic() - td
+            self._crash("after_delta", batch_id)
+            self._account(batch_id, table, committed.skipped, t0, kafka_s, delta_s)
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            df.unpersist()
+        # 4. return → Spark commits the batch
+
+    def _account(
+        self, batch_id: int, table: pa.Table, skipped: bool | None, t0: float, kafka_s: float,
+        delta_s: float,
+    ) -> None:
+        r = self.result
+        r.batches += 1
+        self.last_batch_id = batch_id
+        if table.num_rows:
+            kind = table.column("kind")
+            n_rev = pc.sum(pc.equal(kind, "revision")).as_py() or 0
+            r.revisions += n_rev
+            r.late += pc.sum(pc.equal(kind, "late")).as_py() or 0
+            r.dead_letters += pc.sum(pc.equal(kind, "dead")).as_py() or 0
+            if n_rev and r.first_revision_s is None:
+                r.first_revision_s = time.monotonic() - self.started
+            wm = pc.max(table.column("watermark_ms")).as_py()
+            if wm is not None:
+                r.last_watermark_ms = max(r.last_watermark_ms, int(wm))
+        if skipped:
+            r.skipped_batches += 1
+        r.kafka_seconds += kafka_s
+        r.delta_seconds += delta_s
+        r.commit_seconds += time.monotonic() - t0
+
+
+def _select(
+    table: pa.Table, mask: pa.ChunkedArray, schema: pa.Schema, emitted_at: int | None = None
+) -> pa.Table:
+    sub = table.filter(mask).select(schema.names)
+    if emitted_at is not None:
+        i = sub.schema.get_field_index("emitted_at_ms")
+        sub = sub.set_column(
+            i, "emitted_at_ms", pa.array(np.full(sub.num_rows, emitted_at, dtype=np.int64))
+        )
+    return sub.cast(schema)
+
+
+# --------------------------------------------------------------------------- running it
+
+
+def _check_checkpoint(cfg: JobConfig) -> None:
+    """Refuse a checkpoint written under settings that change the state's meaning."""
+    path = Path(cfg.checkpoint)
+    meta = path / "revise-job.json"
+    want = cfg.fingerprint()
+    if meta.is_file():
+        have = json.loads(meta.read_text())
+        diff = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
+        if diff:
+            lines = ", ".join(
+                f"{k}: checkpoint has {a!r}, asked {b!r}" for k, (a, b) in diff.items()
+            )
+            msg = (
+                f"--checkpoint {cfg.checkpoint} belongs to a job with other settings ({lines}); "
+                "use the original settings or a new --checkpoint (and --query-id)"
+            )
+            raise ConfigError(msg)
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps(want, indent=2))
+
+
+def _end_offsets(cfg: JobConfig) -> dict[int, int]:
+    """The input topic's committed end offset per partition, as a read_committed reader sees."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": cfg.bootstrap_servers,
+        "group.id": f"revise-offsets-{uuid.uuid4().hex[:8]}",
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+    })
+    try:
+        md = consumer.list_topics(cfg.input_topic, timeout=30)
+        topic = md.topics.get(cfg.input_topic)
+        if topic is None or topic.error is not None:
+            msg = (
+                f"--input-topic {cfg.input_topic!r} does not exist on {cfg.bootstrap_servers}; "
+                "create it or produce to it first (revise generate)"
+            )
+            raise ConfigError(msg)
+        ends = {}
+        for p in topic.partitions:
+            _lo, hi = consumer.get_watermark_offsets(TopicPartition(cfg.input_topic, p), timeout=30)
+            ends[p] = hi
+        return ends
+    finally:
+        consumer.close()
+
+
+def _source_offsets(progress: dict[str, Any], index: int) -> Any:
+    sources = progress.get("sources") or []
+    if len(sources) <= index:
+        return None
+    raw = sources[index].get("endOffset")
+    if raw is None:
+        return None
+    return json.loads(raw) if isinstance(raw, str) else raw
+
+
+def _ensure_topics(cfg: JobConfig) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cfg.bootstrap_servers})
+    md = admin.list_topics(timeout=30)
+    if cfg.input_topic not in md.topics:
+        msg = (
+            f"--input-topic {cfg.input_topic!r} does not exist on {cfg.bootstrap_servers}; "
+            "create it or produce to it first (revise generate)"
+        )
+        raise ConfigError(msg)
+    n_in = max(1, len(md.topics[cfg.input_topic].partitions))
+    want = [t for t in (cfg.changelog_topic, cfg.late_topic, cfg.dead_letter_topic)
+            if t and t not in md.topics]
+    if want:
+        futures = admin.create_topics([NewTopic(t, num_partitions=n_in) for t in want])
+        for f in futures.values():
+            try:
+                f.result(30)
+            except Exception as exc:  # noqa: BLE001 - a concurrent creation is fine
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+
+
+def run_job(
+    cfg: JobConfig,
+    *,
+    spark: SparkSession | None = None,
+    stop_event: threading.Event | None = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    crash_hook: CrashHook | None = None,
+    timeout_s: float | None = None,
+) -> JobResult:
+    """Run the job until stopped (or, with ``cfg.once``, until the input at start is done).
+
+    Args:
+        cfg: The job's configuration.
+        spark: A session to use; the project's default session when None.
+        stop_event: Set it to stop cleanly (the CLI sets it on SIGINT/SIGTERM).
+        on_progress: Called with each new Spark progress report (a dict).
+        crash_hook: Test hook called at the commit's checkpoints (see ``REVISE_CRASH_AT``).
+        timeout_s: Give up (JobError) after this long; None: no limit.
+
+    Raises:
+        ConfigError: The input topic is missing or the checkpoint belongs to other settings.
+        ProducerFencedError: Another instance with the same query id took over.
+        JobError: The streaming query failed.
+    """
+    t_start = time.monotonic()
+    _check_checkpoint(cfg)
+    _ensure_topics(cfg)
+    ends = _end_offsets(cfg) if cfg.once else None
+    spark = spark or spark_session(f"revise-{cfg.query_id}")
+    control_dir = str(Path(cfg.checkpoint) / "control")
+    Path(control_dir).mkdir(parents=True, exist_ok=True)
+    tables = DeltaTables(spark, cfg.delta_path).ensure()
+    register_views(spark, cfg.delta_path)
+    result = JobResult(cfg.query_id)
+    changelog = TransactionalChangelog(ChangelogConfig(
+        bootstrap_servers=cfg.bootstrap_servers,
+        query_id=cfg.query_id,
+        changelog_topic=cfg.changelog_topic,
+        late_topic=cfg.late_topic,
+        dead_letter_topic=cfg.dead_letter_topic,
+        progress_topic=cfg.progress_topic,
+        transactional=cfg.transactional,
+    )).open()
+    committer = BatchCommitter(cfg, changelog, tables, result,
+                               crash_hook or _crash_hook_from_env())
+    stream = build_stream(spark, cfg, control_dir)
+    query = (
+        stream.writeStream.outputMode("update")
+        .queryName(f"revise_{cfg.query_id}".replace("-", "_").replace(".", "_"))
+        .option("checkpointLocation", str(Path(cfg.checkpoint) / "spark"))
+        .trigger(processingTime=f"{cfg.effective_trigger_ms} milliseconds")
+        .foreachBatch(committer)
+        .start()
+    )
+    try:
+        _drive(query, cfg, ends, control_dir, stop_event, on_progress, result, timeout_s, t_start)
+    finally:
+        if query.isActive:
+            query.stop()
+        changelog.close()
+    if committer.error is not None and isinstance(committer.error, ProducerFencedError):
+        raise committer.error
+    result.seconds = time.monotonic() - t_start
+    return result
+
+
+def _drive(
+    query: StreamingQuery,
+    cfg: JobConfig,
+    ends: dict[int, int] | None,
+    control_dir: str,
+    stop_event: threading.Event | None,
+    on_progress: Callable[[dict[str, Any]], None] | None,
+    result: JobResult,
+    timeout_s: float | None,
+    t_start: float,
+) -> None:
+    """Watch the query: report progress, honour stop requests, and finish a bounded run."""
+    last_id = -1
+    close_file: Path | None = None
+    control_before: int = -1
+
+    def absorb() -> dict[str, Any] | None:
+        nonlocal last_id
+        newest = None
+        for progress in query.recentProgress:
+            bid = progress.get("batchId")
+            if bid is None or bid <= last_id:
+                continue
+            last_id = bid
+            newest = progress
+            result.input_records += int(progress.get("numInputRows") or 0)
+            result.progress.append(progress)
+            if on_progress is not None:
+                on_progress(progress)
+        return newest
+
+    while True:
+        exc = query.exception()
+        if exc is not None:
+            text = str(exc)
+            if "ProducerFencedError" in text or "fenced" in text.lower():
+                msg = (
+                    f"this instance of query {cfg.query_id!r} was fenced: another instance "
+                    "with the same --query-id took over; this one stops"
+                )
+                raise ProducerFencedError(msg)
+            first = text.strip().splitlines()[0] if text.strip() else repr(exc)
+            msg = f"the streaming query failed: {first}"
+            raise JobError(msg)
+        if not query.isActive:
+            absorb()
+            return
+        absorb()
+        progress = query.lastProgress
+        if stop_event is not None and stop_event.is_set():
+            result.stopped_by_signal = True
+            _stop_between_batches(query)
+            absorb()
+            return
+        if timeout_s is not None and time.monotonic() - t_start > timeout_s:
+            query.stop()
+            msg = f"the job did not finish within {timeout_s:.0f}s"
+            raise JobError(msg)
+        if ends is not None and (progress or not any(ends.values())):
+            if close_file is None:
+                read = (_source_offsets(progress or {}, 0) or {}).get(cfg.input_topic, {})
+                done = all(int(read.get(str(p), 0)) >= hi for p, hi in ends.items() if hi > 0)
+                if done:
+                    ctl = _source_offsets(progress or {}, 1)
+                    control_before = int(ctl["logOffset"]) if ctl else -1
+                    close_file = _write_close_all(control_dir, cfg.shards)
+            elif progress:
+                ctl = _source_offsets(progress, 1)
+                if ctl is not None and int(ctl["logOffset"]) > control_before:
+                    # The micro-batch that read the close-all command has committed.
+                    _stop_between_batches(query)
+                    absorb()
+                    return
+        time.sleep(0.2)
+
+
+def _stop_between_batches(query: StreamingQuery, wait_s: float = 30.0) -> None:
+    """Stop the query when no micro-batch is running (or after ``wait_s``).
+
+    Stopping in the middle of a batch is safe (the batch is replayed on restart) but makes
+    Spark log an interrupted batch; between batches it is silent.
+    """
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and query.isActive:
+        if not query.status.get("isTriggerActive", False):
+            break
+        time.sleep(0.05)
+    query.stop()
+
+
+def _write_close_all(control_dir: str, shards: int) -> Path:
+    """Drop one close-all command per shard into the control source (atomic rename)."""
+    name = f"close-{int(time.time() * 1000)}-{uuid.uuid4().hex[:6]}.json"
+    tmp = Path(control_dir) / f".{name}.tmp"
+    tmp.write_text("".join(json.dumps({"command": CLOSE_ALL, "shard": s}) + "\n"
+                           for s in range(shards)))
+    final = Path(control_dir) / name
+    os.replace(tmp, final)
+    return final
