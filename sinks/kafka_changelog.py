@@ -83,8 +83,9 @@ DEFAULT_PRODUCER_CONFIG: Final[Mapping[str, Any]] = {
     "acks": "all",
     # librdkafka retries CONCURRENT_TRANSACTIONS (the broker still writing the previous
     # transaction's markers) after retry.backoff.ms; the default 100 ms puts ~100 ms on every
-    # back-to-back commit (confluent-kafka-python #967). Measured on the embedded broker:
-    # see docs/BENCHMARKS.md and the sinks tests.
+    # back-to-back commit (confluent-kafka-python #967). Measured on the embedded Kafka 4 broker
+    # (2 busy cores), median back-to-back commit of an empty batch (marker only): 10.3 ms at
+    # 100 ms, 7.5 ms at 10 ms, 4.4 ms at 1 ms; 10 ms keeps most of the gain and polite retries.
     "retry.backoff.ms": 10,
     "retry.backoff.max.ms": 200,
     # Throughput: a micro-batch is produced in one burst, then flushed by the commit.
