@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -152,6 +152,8 @@ class DeltaTables:
         revisions: DataFrame,
         late: DataFrame,
         dead_letters: DataFrame,
+        *,
+        after_table: Callable[[str], None] | None = None,
     ) -> None:
         """Write one micro-batch to the four tables; a replay of the batch is a no-op.
 
@@ -175,6 +177,8 @@ class DeltaTables:
                 cast to the table's).
             late: Too-late records with the SPEC §6 late columns.
             dead_letters: Dead letters with the SPEC §6 columns.
+            after_table: Called with each table's name after its write (crash tests kill the
+                process between tables there).
 
         Each DataFrame is evaluated up to three times: pass materialized ones (built from local
         data, or persisted).
@@ -186,6 +190,11 @@ class DeltaTables:
         app_id = f"revise-{query_id}"
         t0 = time.perf_counter()
         t: dict[str, float] = {}
+
+        def done(table: str) -> None:
+            if after_table is not None:
+                after_table(table)
+
         try:
             qid = F.lit(query_id)
             has_revisions = not revisions.isEmpty()  # one Spark job, shared by (a) and (d)
@@ -195,12 +204,16 @@ class DeltaTables:
                 if has_revisions
                 else 0.0
             )
+            done("revisions")
             t["late"] = self._append("late", late.withColumn("query_id", qid), app_id, batch_id)
+            done("late")
             t["dead_letter"] = self._append(
                 "dead_letter", dead_letters.withColumn("query_id", qid), app_id, batch_id
             )
+            done("dead_letter")
             # (d) MERGE into latest, same transaction identifiers
             t["latest"] = self._merge_latest(revisions, app_id, batch_id) if has_revisions else 0.0
+            done("latest")
         except Exception as e:
             msg = (
                 f"Delta write of batch {batch_id} of query {query_id!r} under {self.path!r} "

@@ -24,7 +24,7 @@ The Delta writes are not in this module (see :mod:`sinks.delta_tables`).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final
@@ -574,6 +574,8 @@ class TransactionalChangelog:
         revisions: pa.Table,
         late: pa.Table,
         dead_letters: pa.Table,
+        *,
+        before_commit: Callable[[], None] | None = None,
     ) -> CommitResult:
         """Commit one micro-batch to Kafka, exactly once.
 
@@ -599,6 +601,8 @@ class TransactionalChangelog:
             revisions: Revisions (SPEC §4 fields) in emission order.
             late: Too-late records (SPEC §6 fields).
             dead_letters: Dead letters (SPEC §6 fields).
+            before_commit: Called between (4) and (5), inside the open transaction (crash
+                tests kill the process there).
 
         Returns:
             A :class:`CommitResult`.
@@ -642,6 +646,8 @@ class TransactionalChangelog:
             n += self._produce_all(
                 p, cfg.progress_topic, [cfg.query_id.encode()], [marker.to_json()]
             )
+            if before_commit is not None:
+                before_commit()
             # (5) commit
             if cfg.transactional:
                 self._commit(p)

@@ -29,6 +29,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from revise.errors import InfraError
 from revise.infra.jars import classpath
@@ -224,7 +225,9 @@ def _check_writable(path: Path) -> None:
         raise BrokerError(msg) from exc
 
 
-def _run_java(args: list[str], *, log: Path | None = None, heap: str = "1g") -> subprocess.Popen[bytes]:
+def _run_java(
+    args: list[str], *, log: Path | None = None, heap: str = "1g"
+) -> subprocess.Popen[bytes]:
     cp = os.pathsep.join(str(p) for p in classpath("kafka"))
     cmd = [
         _java(), f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
@@ -257,8 +260,9 @@ def _wait_ready(cluster: BrokerCluster, timeout_s: float) -> None:
     from confluent_kafka.admin import AdminClient  # local: keep CLI start-up light
 
     deadline = time.monotonic() + timeout_s
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0,
-                         "logger": _SilentLogger()})
+    conf: dict[str, Any] = {"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0,
+                            "logger": _SilentLogger()}
+    admin = AdminClient(conf)
     last = "no answer"
     while time.monotonic() < deadline:
         if not cluster.alive():

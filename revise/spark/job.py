@@ -361,7 +361,10 @@ class BatchCommitter:
             self._crash("before_kafka", batch_id)
             # 2. Kafka: one transaction, skipped when this batch is already committed
             tk = time.monotonic()
-            committed = self.changelog.commit_batch(batch_id, revisions, late, dead)
+            committed = self.changelog.commit_batch(
+                batch_id, revisions, late, dead,
+                before_commit=lambda: self._crash("before_kafka_commit", batch_id),
+            )
             kafka_s = time.monotonic() - tk
             self._crash("after_kafka", batch_id)
             # 3. Delta: idempotent per (query_id, batch_id)
@@ -379,6 +382,8 @@ class BatchCommitter:
                 part("revision", REVISION_SCHEMA),
                 part("late", LATE_SCHEMA),
                 part("dead", DEAD_LETTER_SCHEMA),
+                after_table=lambda t: self._crash("during_delta", batch_id) if t == "revisions"
+                else None,
             )
             delta_s = time.monotonic() - td
             self._crash("after_delta", batch_id)
