@@ -1,0 +1,38 @@
+# The two commands of the README: `make demo` and `make test`. Both do all set-up first.
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.installed
+
+.PHONY: install demo test lint bench bench-engine bench-job clean
+
+$(STAMP): pyproject.toml revise/infra/poms/kafka.xml revise/infra/poms/spark.xml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "revise needs Python 3.11, got " + sys.version.split()[0]'
+	@command -v java >/dev/null || { echo "Java 17 is required (apt-get install openjdk-17-jdk-headless)"; exit 2; }
+	@command -v mvn >/dev/null || { echo "Maven is required (apt-get install maven)"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m revise.infra.jars
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/revise demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check revise windows sinks tests
+	$(VENV)/bin/mypy
+
+bench-engine: $(STAMP)
+	$(PY) -m revise.bench_engine
+
+bench-job: $(STAMP)
+	$(PY) -m revise.bench_job
+
+clean:
+	rm -rf $(VENV) .jvm

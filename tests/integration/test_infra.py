@@ -1,0 +1,187 @@
+"""The real systems come up and behave: the embedded broker, the JVM artifacts, Spark + Kafka."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from revise.infra import broker, jars
+
+pytestmark = [pytest.mark.kafka]
+
+
+def _consume_all(bootstrap: str, topic: str, n: int, timeout_s: float = 30) -> list[bytes]:
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"g-{uuid.uuid4().hex[:8]}",
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+    })
+    c.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+    finally:
+        c.close()
+    return got
+
+
+def test_jars_resolved_once_and_quick() -> None:
+    t0 = time.monotonic()
+    folders = jars.resolve_all()
+    assert time.monotonic() - t0 < 5, "a second resolution must not call Maven"
+    names = {p.name for p in folders["spark"].glob("*.jar")}
+    assert any(n.startswith("spark-sql-kafka-0-10_2.13-4.2.0") for n in names)
+    assert any(n.startswith("delta-spark_4.2_2.13-") for n in names)
+    assert any(n.startswith("kafka_2.13-4.") for n in (p.name for p in jars.classpath("kafka")))
+
+
+def test_broker_lifecycle_keeps_data(tmp_path: Path) -> None:
+    home = tmp_path / "b"
+    cluster = broker.start(home)
+    try:
+        assert broker.status(home) == cluster
+        again = broker.start(home)
+        assert again.pids == cluster.pids, "starting twice must reuse the running broker"
+        topic = f"persist-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "enable.idempotence": True})
+        for i in range(5):
+            p.produce(topic, f"v{i}".encode())
+        assert p.flush(30) == 0
+        stopped = broker.stop(home)
+        assert stopped is not None
+        assert broker.status(home) is None
+        for pid in cluster.pids:
+            assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+        restarted = broker.start(home)
+        assert restarted.bootstrap_servers == cluster.bootstrap_servers
+        assert sorted(_consume_all(restarted.bootstrap_servers, topic, 5)) == [
+            f"v{i}".encode() for i in range(5)
+        ]
+        assert (home / "node-1" / "broker.log").stat().st_size > 0
+    finally:
+        broker.stop(home)
+
+
+def test_broker_errors_are_clear(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(broker.BrokerError, match=f"port {port} .* in use"):
+            broker.start(tmp_path / "taken", port=port)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.geteuid() == 0:
+            # root writes anywhere: make the home a file instead, which nobody can write into
+            blocker = tmp_path / "file-home"
+            blocker.write_text("x")
+            with pytest.raises(broker.BrokerError, match="not writable"):
+                broker.start(blocker / "sub")
+        else:
+            with pytest.raises(broker.BrokerError, match="not writable"):
+                broker.start(ro / "sub")
+    finally:
+        ro.chmod(0o700)
+
+
+def test_missing_java_is_reported(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(Path(sys.executable).parent)
+    env["REVISE_HOME"] = str(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "revise", "broker", "start"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Java is not installed" in proc.stderr
+
+
+def test_cli_broker_status_start_stop(tmp_path: Path) -> None:
+    home = tmp_path / "cli"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "revise", "broker", *args, "--home", str(home)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+    assert cli("status").stdout.strip() == "not running"
+    started = cli("start")
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "bootstrap=127.0.0.1:" in started.stdout
+        status = cli("status")
+        assert status.returncode == 0
+        pids = [out.split("pids=")[1].split()[0] for out in (status.stdout, started.stdout)]
+        assert pids[0] == pids[1]
+    finally:
+        stopped = cli("stop")
+    assert stopped.stdout.strip() == "stopped"
+    assert cli("status").stdout.strip() == "not running"
+
+
+@pytest.mark.slow
+def test_three_broker_cluster_replicates_and_commits_transactions(tmp_path: Path) -> None:
+    home = tmp_path / "cluster"
+    cluster = broker.start(home, nodes=3)
+    try:
+        assert len(cluster.nodes) == 3
+        bs = cluster.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": bs})
+        topic = f"rf3-{uuid.uuid4().hex[:8]}"
+        admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(60)
+        md = admin.list_topics(topic, timeout=30)
+        assert len(md.brokers) == 3
+        assert all(len(p.replicas) == 3 for p in md.topics[topic].partitions.values())
+        p = Producer({"bootstrap.servers": bs, "transactional.id": f"tx-{uuid.uuid4().hex[:6]}"})
+        p.init_transactions(60)
+        p.begin_transaction()
+        p.produce(topic, b"committed")
+        p.commit_transaction(60)
+        assert _consume_all(bs, topic, 1, timeout_s=60) == [b"committed"]
+    finally:
+        broker.stop(home)
+
+
+@pytest.mark.spark
+def test_spark_streams_kafka_read_committed(spark, kafka_bootstrap, new_topic, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    topic = new_topic("rc", partitions=2)
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{topic}"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, f"ok{i}".encode())
+    p.commit_transaction(30)
+    p.begin_transaction()
+    p.produce(topic, b"aborted")
+    p.abort_transaction(30)
+    df = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+        .selectExpr("CAST(value AS STRING) AS v")
+    )
+    q = (df.writeStream.format("memory").queryName(f"rc_{uuid.uuid4().hex[:8]}")
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    rows = sorted(r.v for r in spark.sql(f"SELECT v FROM {q.name}").collect())
+    assert rows == ["ok0", "ok1", "ok2"]
