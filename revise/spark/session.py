@@ -52,11 +52,14 @@ def spark_session(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    master = master or os.environ.get("REVISE_SPARK_MASTER") or "local[*]"
+    # Under spark-submit the JVM already runs with the submitted master: keep it.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    master = master or os.environ.get("REVISE_SPARK_MASTER") or (None if submitted else "local[*]")
     if ui is None:
         ui = not (os.environ.get("CI") or "pytest" in sys.modules)
     if shuffle_partitions is None:
-        shuffle_partitions = max(2, 2 * (os.cpu_count() or 2)) if master.startswith("local") else 64
+        local = master is not None and master.startswith("local")
+        shuffle_partitions = max(2, 2 * (os.cpu_count() or 2)) if local else 64
     jars = ",".join(str(p) for p in classpath("spark"))
     conf = {
         "spark.jars": jars,
@@ -77,7 +80,9 @@ def spark_session(
         "spark.python.worker.reuse": "true",
     }
     conf.update(extra_conf or {})
-    builder = SparkSession.builder.appName(app_name).master(master)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

@@ -1,0 +1,269 @@
+"""Benchmark of the streaming job (issue 4): ``python -m revise.bench_job``.
+
+On one topic of generated events (default 2M events, 10,000 keys, tumbling 10 s windows, 1 %
+late, batches of ``--batch`` records) it runs, each in a fresh process (own JVM, own peak
+memory), one after the other on the same input:
+
+- ``revision-eos``: ``revise run --once`` in revision mode with the exactly-once changelog;
+- ``revision-plain``: the same with a plain (non-transactional, at-least-once) producer;
+- ``watermark-eos``: watermark mode, exactly-once;
+- ``spark-native``: Spark's own windowed aggregation (update mode, noop sink, same topic and
+  micro-batch size, watermark delay = grace), the peer.
+
+For each: records/s over the whole query (first micro-batch included), records/s after the
+first micro-batch (Spark's warm-up), time to the first revision, seconds spent in the Kafka
+commit and the Delta writes, and the peak RSS of the process tree (driver JVM, Python driver
+and Python workers). Ratios are of figures measured side by side in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+VARIANTS = ("revision-eos", "revision-plain", "watermark-eos", "spark-native")
+
+
+class PeakRss:
+    """Samples the RSS of this process and its descendants every 0.2 s; keeps the peak."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._proc = psutil.Process()
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            total = 0
+            try:
+                procs = [self._proc, *self._proc.children(recursive=True)]
+                for p in procs:
+                    try:
+                        total += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+            except psutil.Error:
+                pass
+            self.peak_bytes = max(self.peak_bytes, total)
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _one(args: argparse.Namespace) -> dict[str, Any]:
+    """Run one variant in this process; returns its figures."""
+    from revise.spark.session import spark_session
+
+    spark = spark_session(f"bench-{args.variant}", ui=False)
+    run = uuid.uuid4().hex[:6]
+    work = Path(args.work) / f"{args.variant}-{run}"
+    with PeakRss() as rss:
+        if args.variant == "spark-native":
+            figures = _native(spark, args, work)
+        else:
+            figures = _revise(spark, args, work, run)
+    figures["peak_rss_mb"] = round(rss.peak_bytes / 2**20)
+    return figures
+
+
+def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[str, Any]:
+    from revise.config import EngineConfig, Mode, WindowSpec
+    from revise.jobconfig import JobConfig
+    from revise.spark.job import run_job
+
+    mode: Mode = "watermark" if args.variant.startswith("watermark") else "revision"
+    cfg = JobConfig(
+        bootstrap_servers=args.bootstrap, input_topic=args.topic,
+        changelog_topic=f"bench-changelog-{run}", late_topic=f"bench-late-{run}",
+        dead_letter_topic=f"bench-dead-{run}",
+        delta_path=str(work / "delta"), checkpoint=str(work / "checkpoint"),
+        engine=EngineConfig(window=WindowSpec.parse(args.window), grace_ms=args.grace_ms,
+                            mode=mode, query_id=f"bench-{run}"),
+        once=True, max_records_per_batch=args.batch, shards=args.shards,
+        transactional=args.variant != "revision-plain",
+    )
+    t0 = time.monotonic()
+    result = run_job(cfg, spark=spark)
+    total = time.monotonic() - t0
+    first = result.progress[0] if result.progress else {}
+    first_s = (first.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+    data_rows = result.input_records - cfg.shards  # the close-all commands are not input
+    return {
+        "variant": args.variant,
+        "records": data_rows,
+        "seconds": round(total, 1),
+        "records_per_s": round(data_rows / total),
+        "records_per_s_after_first_batch": round(
+            (data_rows - int(first.get("numInputRows") or 0)) / max(total - first_s, 1e-9)
+        ),
+        "first_revision_s": round(result.first_revision_s or 0.0, 1),
+        "batches": result.batches,
+        "revisions": result.revisions,
+        "kafka_commit_s": round(result.kafka_seconds, 1),
+        "delta_write_s": round(result.delta_seconds, 1),
+    }
+
+
+def _native(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    events = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")
+        .option("maxOffsetsPerTrigger", str(args.batch))
+        .load()
+        .select(F.from_json(F.col("value").cast("string"),
+                            "key STRING, ts BIGINT, value DOUBLE").alias("e"))
+        .select("e.*")
+        .where("key IS NOT NULL AND ts IS NOT NULL AND value IS NOT NULL")
+        .withColumn("event_time", F.expr("timestamp_millis(ts)"))
+        .withWatermark("event_time", f"{args.grace_ms} milliseconds")
+    )
+    size_s = args.window_ms // 1000
+    agg = events.groupBy(F.window("event_time", f"{size_s} seconds"), "key").agg(
+        F.count("*"), F.sum("value"), F.min("value"), F.max("value"), F.avg("value")
+    )
+    t0 = time.monotonic()
+    q = (agg.writeStream.outputMode("update").format("noop")
+         .option("checkpointLocation", str(work / "checkpoint"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    total = time.monotonic() - t0
+    progress = q.recentProgress
+    rows = sum(int(p.get("numInputRows") or 0) for p in progress)
+    first = progress[0] if progress else {}
+    first_s = (first.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+    return {
+        "variant": args.variant,
+        "records": rows,
+        "seconds": round(total, 1),
+        "records_per_s": round(rows / total),
+        "records_per_s_after_first_batch": round(
+            (rows - int(first.get("numInputRows") or 0)) / max(total - first_s, 1e-9)
+        ),
+        "first_revision_s": round(first_s, 1),
+        "batches": len(progress),
+        "revisions": sum(
+            int(s.get("numRowsUpdated") or 0)
+            for p in progress for s in (p.get("stateOperators") or [])
+        ),
+        "kafka_commit_s": None,
+        "delta_write_s": None,
+    }
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    cols = ["variant", "records", "seconds", "records_per_s", "records_per_s_after_first_batch",
+            "first_revision_s", "batches", "revisions", "kafka_commit_s", "delta_write_s",
+            "peak_rss_mb"]
+    head = "| " + " | ".join(cols) + " |"
+    sep = "|" + "|".join("---" for _ in cols) + "|"
+    body = ["| " + " | ".join("-" if r.get(c) is None else str(r.get(c)) for c in cols) + " |"
+            for r in rows]
+    return "\n".join([head, sep, *body])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: generate the input, run every variant in its own process, print figures."""
+    p = argparse.ArgumentParser(prog="python -m revise.bench_job", description=__doc__)
+    p.add_argument("--events", type=int, default=2_000_000)
+    p.add_argument("--keys", type=int, default=10_000)
+    p.add_argument("--batch", type=int, default=500_000, help="max records per micro-batch")
+    p.add_argument("--shards", type=int, default=8)
+    p.add_argument("--window", default="tumbling:10s")
+    p.add_argument("--grace", default="10s")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--bootstrap", help="Kafka bootstrap (default: an embedded broker started here)")
+    p.add_argument("--variant", help=argparse.SUPPRESS)
+    p.add_argument("--topic", help=argparse.SUPPRESS)
+    p.add_argument("--work", help=argparse.SUPPRESS)
+    p.add_argument("--json", help="also write the figures to this JSON file")
+    args = p.parse_args(argv)
+    from revise.config import WindowSpec, parse_duration
+
+    args.grace_ms = parse_duration(args.grace, option="--grace")
+    args.window_ms = WindowSpec.parse(args.window).size_ms
+    if args.variant:  # a child process: run one variant, print its JSON
+        print("BENCH " + json.dumps(_one(args)), flush=True)
+        return 0
+    return _parent(args)
+
+
+def _parent(args: argparse.Namespace) -> int:
+    from revise.generate import GeneratorConfig, generate, produce
+    from revise.infra import broker
+
+    work = Path(tempfile.mkdtemp(prefix="revise-bench-"))
+    started = None
+    bootstrap = args.bootstrap
+    if not bootstrap:
+        started = broker.start(work / "broker")
+        bootstrap = started.bootstrap_servers
+    try:
+        topic = f"bench-input-{uuid.uuid4().hex[:6]}"
+        t0 = time.monotonic()
+        stream = generate(GeneratorConfig(events=args.events, keys=args.keys, seed=42,
+                                          disorder_ms=2_000, late_fraction=0.01,
+                                          late_by_ms=30_000, step_ms=1))
+        produce(stream, bootstrap_servers=bootstrap, topic=topic, partitions=4)
+        print(f"input: {args.events} events, {args.keys} keys, 1% late, topic {topic} "
+              f"({time.monotonic() - t0:.0f}s to generate and produce)", flush=True)
+        rows = []
+        for variant in args.variants.split(","):
+            cmd = [sys.executable, "-m", "revise.bench_job", "--variant", variant, "--topic", topic,
+                   "--work", str(work), "--bootstrap", bootstrap, "--batch", str(args.batch),
+                   "--shards", str(args.shards), "--window", args.window, "--grace", args.grace]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                                  env={**os.environ, "REVISE_SPARK_LOG_LEVEL": "ERROR"})
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
+            if proc.returncode != 0 or line is None:
+                print(f"{variant} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
+                      file=sys.stderr)
+                return 1
+            row = json.loads(line[6:])
+            rows.append(row)
+            print(f"{variant}: {row}", flush=True)
+        print()
+        print(_table(rows))
+        by = {r["variant"]: r for r in rows}
+        if "revision-eos" in by and "spark-native" in by:
+            ratio = by["revision-eos"]["records_per_s"] / by["spark-native"]["records_per_s"]
+            print(f"\nrevision-eos / spark-native throughput: {ratio:.2f}")
+        if "revision-eos" in by and "revision-plain" in by:
+            cost = 1 - by["revision-eos"]["records_per_s"] / by["revision-plain"]["records_per_s"]
+            print(f"exactly-once cost vs plain producer: {cost:+.1%} of throughput")
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+    finally:
+        if started is not None:
+            broker.stop(work / "broker")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
