@@ -47,7 +47,9 @@ def new_topic(kafka_bootstrap: str) -> Callable[..., str]:
 
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
 
-    def make(prefix: str = "t", *, partitions: int = 2, config: dict[str, str] | None = None) -> str:
+    def make(
+        prefix: str = "t", *, partitions: int = 2, config: dict[str, str] | None = None
+    ) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:12]}"
         futures = admin.create_topics(
             [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
