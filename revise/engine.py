@@ -106,6 +106,9 @@ __all__ = [
 SNAPSHOT_FORMAT = 1
 """Version of the snapshot layout; bumped on any incompatible change."""
 
+_NO_SEAL = -(2**62)
+"""``Engine._sealed_ms`` before any close_all (hopping windows may start below 0)."""
+
 MAX_TS_MS = 2**53
 """Event times must lie in ``[0, 2**53)`` (SPEC §2)."""
 
@@ -461,7 +464,8 @@ class Engine:
     → ``rev 2 FINAL count=2``.
     """
 
-    __slots__ = ("_assigner", "_aggs", "_config", "_keys", "_state", "_watermark_ms")
+    __slots__ = ("_assigner", "_aggs", "_config", "_keys", "_max_ts_ms", "_sealed_ms", "_state",
+                 "_watermark_ms")
 
     def __init__(self, config: EngineConfig) -> None:
         if not isinstance(config, EngineConfig):
@@ -480,6 +484,8 @@ class Engine:
         self._keys = _KeyTable()
         self._state = _Table.empty(self._aggs)
         self._watermark_ms = 0
+        self._max_ts_ms = -1  # max accepted event time so far (-1: none)
+        self._sealed_ms = _NO_SEAL  # windows starting at or before this were closed (close_all)
 
     # -- public ------------------------------------------------------------------------
 
@@ -502,6 +508,11 @@ class Engine:
     def open_windows(self) -> int:
         """Number of open (key, window) states."""
         return len(self._state)
+
+    @property
+    def sealed(self) -> bool:
+        """True after :meth:`close_all` closed windows: the (small) state must be kept."""
+        return self._sealed_ms > _NO_SEAL
 
     @property
     def watermark_ms(self) -> int:
@@ -552,6 +563,8 @@ class Engine:
             else:
                 late, max_ts = self._process_fixed(self._assigner, batch, ranks, w, batch_id,
                                                    out)
+        if max_ts is not None:
+            self._max_ts_ms = max(self._max_ts_ms, max_ts)
         self._close(w, out, everything=False)
         revisions = out.build(self, w, batch_id, now_ms)
         self._maybe_compact()
@@ -561,10 +574,18 @@ class Engine:
         """Close every open window (end of bounded input): one FINAL each, state emptied.
 
         The FINALs carry ``watermark_ms`` (the last real watermark), as SPEC §3 asks.
+
+        Closed stays closed: afterwards the engine is *sealed* at the max accepted event time
+        ``M`` seen so far — a later record for a window starting at or before ``M`` (for
+        sessions: a record with ``ts <= M``) is too late, so a window closed here never starts
+        again at revision 0 (which would repeat an idempotency key). :attr:`sealed` tells
+        whether the state must be kept for that.
         """
         w = self._check_watermark(watermark_ms)
         out = _Emitter()
         self._close(w, out, everything=True)
+        if self._max_ts_ms >= 0:
+            self._sealed_ms = max(self._sealed_ms, self._max_ts_ms)
         revisions = out.build(self, w, batch_id, now_ms)
         self._maybe_compact()
         return BatchOutput(revisions, LateBatch.empty(), w, None)
@@ -596,6 +617,8 @@ class Engine:
             "revise.fingerprint": self._fingerprint(),
             "revise.config": json.dumps(self._state_config(), sort_keys=True),
             "revise.watermark_ms": str(self._watermark_ms),
+            "revise.max_ts_ms": str(self._max_ts_ms),
+            "revise.sealed_ms": str(self._sealed_ms),
         }
         rb = pa.RecordBatch.from_arrays(arrays, names=names)
         rb = rb.replace_schema_metadata(meta)
@@ -614,7 +637,7 @@ class Engine:
         pairs = asg.assign(ts)
         rec, ps, pe = pairs.record, pairs.start_ms, pairs.end_ms
         identity = len(rec) == n and bool((rec == np.arange(n)).all())  # pair i is record i
-        too_late = pe + grace <= w
+        too_late = (pe + grace <= w) | (ps <= self._sealed_ms)
         late = LateBatch.empty()
         if too_late.any():
             lr = rec[too_late]
@@ -694,7 +717,7 @@ class Engine:
         vrank = np.empty(n, dtype=_I64)  # value rank: ties between records sort by value
         vrank[np.argsort(v)] = np.arange(n, dtype=_I64)
         span_end = ts + gap
-        too_late = span_end + grace <= w
+        too_late = (span_end + grace <= w) | (ts <= self._sealed_ms)
         late = LateBatch.empty()
         if too_late.any():
             late = _late_batch(batch, np.flatnonzero(too_late), k[too_late], ts[too_late],
@@ -858,6 +881,8 @@ class Engine:
             )
             raise StateSchemaMismatch(msg)
         self._watermark_ms = int(meta["revise.watermark_ms"])
+        self._max_ts_ms = int(meta.get("revise.max_ts_ms", "-1"))
+        self._sealed_ms = int(meta.get("revise.sealed_ms", str(_NO_SEAL)))
         if table.num_rows == 0:
             return
         table = table.combine_chunks()
