@@ -229,6 +229,10 @@ def make_state_fn(
         if engine.open_windows:
             state.update((engine.snapshot(),))
             state.setTimeoutDuration(1)
+        elif engine.sealed:
+            # Nothing open, but closed-by-close-all windows must stay closed: keep the
+            # (tiny) snapshot that remembers it, without a timeout.
+            state.update((engine.snapshot(),))
         elif state.exists:
             state.remove()
         table = pa.concat_tables(
