@@ -48,6 +48,7 @@ __all__ = [
     "Percentiles",
     "Volume",
     "accuracy_over_time",
+    "anchor_initial_watermark",
     "grace_what_if",
     "percentiles",
     "revisions_per_window",
@@ -188,6 +189,24 @@ def _rel_err(x: pd.Series, final: pd.Series) -> pd.Series:
 
 
 # --------------------------------------------------------------------------- per window
+
+
+def anchor_initial_watermark(revisions: pd.DataFrame, floor_ms: int) -> pd.DataFrame:
+    """Place revisions emitted before any watermark existed at ``floor_ms``.
+
+    The first micro-batch runs with watermark 0 (nothing seen yet), so its revisions would
+    have a latency of minus the epoch. They are moved to ``floor_ms`` — the watermark the
+    stream had at its very start (earliest accepted event time minus the delay).
+
+    >>> anchor_initial_watermark(pd.DataFrame({"watermark_ms": [0, 5000]}), 1000)
+       watermark_ms
+    0          1000
+    1          5000
+    """
+    out = revisions.copy()
+    out["watermark_ms"] = np.maximum(out["watermark_ms"].to_numpy(dtype=np.int64), floor_ms)
+    return out
+
 
 
 def window_summary(revisions: pd.DataFrame) -> pd.DataFrame:
@@ -372,13 +391,15 @@ def grace_what_if(
     config: EngineConfig,
     records: pd.DataFrame,
     *,
-    batch_size: int,
+    batch_size: int | None = None,
     factors: Sequence[float] = (1.0, 2.0, 4.0),
     reference_finals: pd.DataFrame | None = None,
 ) -> list[GraceOutcome]:
     """Re-run the pure engine offline with larger graces on the same well-formed input.
 
-    The records are cut into micro-batches of ``batch_size`` in arrival order and run through
+    The records are cut into the micro-batches of their ``batch`` column (the real run's split,
+    so factor 1 reproduces its too-late records), or else into ``batch_size`` records each in
+    arrival order, and run through
     :func:`revise.local.run_batches` (watermark from the batches before, SPEC §3; everything
     closed at the end) once per factor, with ``grace_ms = round(config.grace_ms × factor)``.
     Acceptance does not depend on the mode, so one table serves both.
@@ -386,8 +407,8 @@ def grace_what_if(
     Args:
         config: The run's engine config.
         records: Well-formed input in arrival order: ``key, ts_ms, value`` (+ optional
-            ``partition, offset``).
-        batch_size: Records per micro-batch (the run's ``--max-records-per-batch``).
+            ``partition, offset``, and ``batch``: the micro-batch that read the record).
+        batch_size: Records per micro-batch when there is no ``batch`` column.
         factors: Grace multipliers to try.
         reference_finals: ``key, window_start_ms, window_end_ms, count`` of the real run's
             FINALs; ``finals_changed`` counts windows that differ from it (0 when None).
@@ -399,7 +420,14 @@ def grace_what_if(
     ``t=9000`` → the third record is too late for ``[0,10000)`` at watermark 15000 (≥ 10000 +
     5000); with grace × 2 = 10 s it is accepted (count 2), so ``finals_changed = 1``.
     """
-    size = max(1, int(batch_size))
+    if "batch" in records:
+        records = records.sort_values(["batch", *[c for c in ("partition", "offset")
+                                                  if c in records]], kind="stable")
+        cuts = np.flatnonzero(np.diff(records["batch"].to_numpy())) + 1
+        bounds = list(zip([0, *cuts.tolist()], [*cuts.tolist(), len(records)], strict=True))
+    else:
+        size = max(1, int(batch_size or 1))
+        bounds = [(i, min(i + size, len(records))) for i in range(0, len(records), size)]
     n = len(records)
     keys = records["key"].astype(object).to_numpy()
     ts = records["ts_ms"].astype("int64").to_numpy()
@@ -409,9 +437,9 @@ def grace_what_if(
     offs = (records["offset"].astype("int64").to_numpy() if "offset" in records
             else np.arange(n, dtype=np.int64))
     batches = [
-        InputBatch.from_arrays(keys[i:i + size], ts[i:i + size], vals[i:i + size],
-                               parts[i:i + size], offs[i:i + size], topic="what-if")
-        for i in range(0, n, size)
+        InputBatch.from_arrays(keys[a:b], ts[a:b], vals[a:b], parts[a:b], offs[a:b],
+                               topic="what-if")
+        for a, b in bounds
     ]
     ref: dict[tuple[str, int, int], int] | None = None
     if reference_finals is not None:

@@ -187,3 +187,25 @@ def test_grace_what_if_by_hand() -> None:
     # grace 10s and 20s: accepted, [0,10000) ends with count 2
     assert (x2.grace_ms, x2.too_late, x2.finals_changed) == (10000, 0, 1)
     assert (x4.grace_ms, x4.too_late, x4.finals_changed) == (20000, 0, 1)
+
+
+def test_grace_what_if_follows_the_real_batch_split() -> None:
+    cfg = EngineConfig(window=WindowSpec.parse("tumbling:10s"), grace_ms=5000)
+    records = pd.DataFrame({"key": ["a", "a", "a"], "ts_ms": [5000, 15000, 9000],
+                            "value": [1.0, 2.0, 3.0], "partition": [0, 0, 0],
+                            "offset": [0, 1, 2]})
+    # one batch: every record is judged at watermark 0 → none too late
+    (one,) = grace_what_if(cfg, records.assign(batch=[4, 4, 4]), factors=(1,))
+    assert one.too_late == 0
+    # the third record in a later batch sees watermark 15000 → too late
+    (two,) = grace_what_if(cfg, records.assign(batch=[4, 4, 7]), factors=(1,))
+    assert two.too_late == 1
+
+
+def test_first_batch_watermark_is_anchored(revision_mode: pd.DataFrame) -> None:
+    from revise.compare_metrics import anchor_initial_watermark
+
+    early = revision_mode.copy()
+    early.loc[early["watermark_ms"] == 2000, "watermark_ms"] = 0  # b's rev 0 in batch 0
+    s = window_summary(anchor_initial_watermark(early, 1000)).set_index("key")
+    assert s.loc["b", "first_latency_ms"] == 1000 - 10000

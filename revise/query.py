@@ -1,0 +1,214 @@
+"""``revise query``: SQL over the views of a run's Delta tables, optionally time-travelled.
+
+The views (SPEC §5), registered by :func:`open_views` in a Spark session:
+
+==========================  =====================================================
+``final_windows``           ``latest`` where ``is_final``: one row per closed window
+``provisional_windows``     ``latest`` where not ``is_final``: windows still open
+``revision_history``        ``revisions``: every revision ever emitted
+``late_records``            ``late``: too-late records (arrived after end + grace)
+``dead_letters``            ``dead_letter``: bad input with its reason
+``revisions`` ``latest``    the raw tables under their own names
+``late`` ``dead_letter``
+==========================  =====================================================
+
+"What did we report for window W at time T?" — either filter the history by wall-clock
+emission time::
+
+    revise query "SELECT * FROM revision_history WHERE key = 'k00003'
+                  AND window_start_ms = 1767225600000 AND emitted_at_ms <= 1767225700000
+                  ORDER BY revision DESC LIMIT 1" --delta-path DIR
+
+or read every view as of a Delta version or timestamp (time travel)::
+
+    revise query "SELECT * FROM provisional_windows" --delta-path DIR --as-of-version 12
+    revise query "SELECT * FROM latest" --delta-path DIR --as-of-timestamp '2026-01-01 10:00:00'
+
+Bad SQL, an unknown table or view, or a time-travel point the tables do not have is a usage
+error (exit 2) with a one-line message that names the views; never a Java stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from revise.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import SparkSession
+
+__all__ = ["SPEC_VIEWS", "add_parser", "cmd_query", "format_frame", "open_views", "run_query"]
+
+SPEC_VIEWS: tuple[str, ...] = (
+    "final_windows", "provisional_windows", "revision_history", "late_records", "dead_letters",
+)
+"""The views users query; the raw tables (revisions, latest, late, dead_letter) come too."""
+
+RAW_TABLES: tuple[str, ...] = ("revisions", "latest", "late", "dead_letter")
+
+Format = Literal["table", "csv", "json"]
+
+
+def _views_hint() -> str:
+    return f"views: {', '.join(SPEC_VIEWS)} (raw tables: {', '.join(RAW_TABLES)})"
+
+
+def _check_path(delta_path: str) -> str:
+    """The Delta root as a string; a local folder must exist and hold revise's tables."""
+    if "://" in delta_path:
+        return delta_path.rstrip("/")
+    root = Path(delta_path).expanduser().resolve()
+    if not root.exists():
+        msg = (
+            f"--delta-path {delta_path} does not exist; give the --delta-path of a "
+            "`revise run` (or `revise demo`), the folder that holds revisions/ and latest/"
+        )
+        raise ConfigError(msg)
+    missing = [t for t in RAW_TABLES if not (root / t / "_delta_log").is_dir()]
+    if missing:
+        msg = (
+            f"--delta-path {delta_path} holds no revise Delta tables ({', '.join(missing)} "
+            "missing); give the --delta-path of a `revise run`, the folder that holds "
+            f"{', '.join(t + '/' for t in RAW_TABLES)}"
+        )
+        raise ConfigError(msg)
+    return str(root)
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of a Spark error, without the logical plan and JVM frames."""
+    text = str(exc).strip()
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+def open_views(
+    delta_path: str,
+    *,
+    spark: SparkSession | None = None,
+    version: int | None = None,
+    timestamp: str | dt.datetime | None = None,
+) -> SparkSession:
+    """Register the views over the tables under ``delta_path`` and return the session.
+
+    Args:
+        delta_path: The run's ``--delta-path``.
+        spark: Session to register them in; the project's session when None.
+        version: Time travel to this Delta version of ``latest`` (the other tables are read as
+            of the same moment).
+        timestamp: Or to this time (``'2026-01-01 10:00:00'``, UTC, or a datetime).
+
+    Returns:
+        The session, with temp views :data:`SPEC_VIEWS` and the raw tables.
+
+    Raises:
+        ConfigError: No revise tables under the path, both time-travel points given, or a
+            version/timestamp the tables do not have.
+    """
+    from pyspark.errors import PySparkException
+
+    from sinks.delta_tables import register_views
+
+    root = _check_path(delta_path)
+    if version is not None and timestamp is not None:
+        msg = "give --as-of-version or --as-of-timestamp, not both"
+        raise ConfigError(msg)
+    if spark is None:
+        from revise.spark.session import spark_session
+
+        spark = spark_session("revise-query", ui=False)
+        spark.sparkContext.setLogLevel("ERROR")
+    try:
+        register_views(spark, root, version=version, timestamp=timestamp)
+    except (PySparkException, ValueError) as exc:
+        where = (f"version {version}" if version is not None
+                 else f"timestamp {timestamp}" if timestamp is not None else "the current version")
+        msg = f"cannot read the tables under {root} at {where}: {_short(exc)}"
+        raise ConfigError(msg) from None
+    return spark
+
+
+def run_query(
+    sql: str,
+    delta_path: str,
+    *,
+    spark: SparkSession | None = None,
+    version: int | None = None,
+    timestamp: str | dt.datetime | None = None,
+) -> pd.DataFrame:
+    """Run ``sql`` over the views of ``delta_path`` and return the result as pandas.
+
+    Raises:
+        ConfigError: Bad SQL, an unknown table or view (the message names the views), or a
+            problem reported by :func:`open_views`.
+    """
+    from pyspark.errors import PySparkException
+
+    session = open_views(delta_path, spark=spark, version=version, timestamp=timestamp)
+    try:
+        return session.sql(sql).toPandas()
+    except PySparkException as exc:
+        msg = f"{_short(exc)}\n{_views_hint()}"
+        raise ConfigError(msg) from None
+
+
+def format_frame(frame: pd.DataFrame, fmt: Format = "table") -> str:
+    """Render a result: an aligned ``table``, ``csv`` with a header, or ``json`` lines."""
+    if fmt == "csv":
+        buf = io.StringIO()
+        frame.to_csv(buf, index=False)
+        return buf.getvalue().rstrip("\n")
+    if fmt == "json":
+        rows = json.loads(frame.to_json(orient="records", date_format="iso") or "[]")
+        return "\n".join(json.dumps(r) for r in rows)
+    if frame.empty:
+        return " ".join(frame.columns) + "\n(no rows)"
+    return frame.to_string(index=False)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``revise query`` on the CLI's subparsers."""
+    p = sub.add_parser(
+        "query", help="run SQL over the Delta views of a run",
+        description="Run SQL over the views final_windows, provisional_windows, "
+        "revision_history, late_records, dead_letters (and the raw tables revisions, latest, "
+        "late, dead_letter) of a run's Delta tables, optionally as of a Delta version or time.",
+    )
+    p.add_argument("sql", help='the SQL, e.g. "SELECT timing, count(*) FROM revision_history '
+                   'GROUP BY timing"')
+    p.add_argument("--delta-path", required=True, help="the run's --delta-path")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="output format (json: one object per line)")
+    p.add_argument("--as-of-version", type=int,
+                   help="time travel: read as of this Delta version of the latest table")
+    p.add_argument("--as-of-timestamp",
+                   help="time travel: read as of this UTC time, e.g. '2026-01-01 10:00:00'")
+    p.set_defaults(handler=cmd_query)
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    """``revise query``: print the result; 2 on bad SQL, unknown views or a bad path."""
+    version = args.as_of_version
+    if version is not None and not isinstance(version, int):
+        try:
+            version = int(version)
+        except ValueError:
+            msg = f"--as-of-version must be an integer Delta version, got {version!r}"
+            raise ConfigError(msg) from None
+    frame = run_query(args.sql, args.delta_path, version=version,
+                      timestamp=args.as_of_timestamp or None)
+    print(format_frame(frame, args.format))
+    sys.stdout.flush()
+    return 0
