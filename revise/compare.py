@@ -12,7 +12,8 @@ What it does, in order:
    Without ``--rate`` each run is bounded (``--once``): it reads the whole topic, then closes
    every window.
    With ``--rate R`` the input is replayed into a fresh topic per mode at R records/s *while*
-   that mode's job runs unbounded; once the job has read everything, it is stopped and restarted
+   that mode's job runs unbounded (starting after its first micro-batch, so the job's start-up
+   is not counted); once the job has read everything, it is stopped and restarted
    bounded on the same checkpoint to close the remaining windows.
 3. Reads both runs' Delta ``revisions``/``late``/``dead_letter`` tables, the committed changelog
    (for the bytes written) and the input topic (for the records' Kafka timestamps), and
@@ -402,11 +403,16 @@ def _run_at_rate(
     from dataclasses import replace
 
     stop = threading.Event()
+    running = threading.Event()
     produced = threading.Event()
     consumed = [0]
     errors: list[BaseException] = []
 
     def producer() -> None:
+        # Start the replay once the query has run its first (empty) micro-batch, so the job's
+        # start-up is not counted as latency (the job runs a micro-batch every trigger).
+        running.wait(timeout=300)
+        running.set()
         try:
             produce(stream, bootstrap_servers=job.bootstrap_servers, topic=job.input_topic,
                     rate=rate)
@@ -418,10 +424,11 @@ def _run_at_rate(
 
     def on_progress(p: dict[str, Any]) -> None:
         consumed[0] += int(p.get("numInputRows") or 0)
+        running.set()
 
     def watcher() -> None:
         while not stop.is_set():
-            if produced.is_set() and consumed[0] >= len(stream):
+            if running.is_set() and produced.is_set() and consumed[0] >= len(stream):
                 stop.set()
             time.sleep(0.2)
 

@@ -1,0 +1,129 @@
+"""``revise compare`` end to end on a small generated input (real Kafka, Spark, Delta).
+
+Runs the CLI in-process (reusing the session's Spark) and checks what a user gets: the
+side-by-side table on stdout, ``comparison.json`` whose figures agree with the runs' Delta
+tables and with each other, three valid PNG images, and the ``comparisons`` Delta table.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from revise.cli import main
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta, pytest.mark.slow]
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def compared(
+    kafka_bootstrap: str, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("compare") / "out"
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main([
+            "compare", "--bootstrap-servers", kafka_bootstrap,
+            "--events", "300", "--keys", "3", "--seed", "5", "--disorder", "500ms",
+            "--late-fraction", "0.12", "--late-by", "1s", "--bad-fraction", "0.02",
+            "--window", "tumbling:1s", "--grace", "500ms", "--max-records-per-batch", "150",
+            "--shards", "2", "--timeout", "4m", "--output", str(out),
+        ])
+    assert code == 0
+    doc = json.loads((out / "comparison.json").read_text())
+    return out, doc, buf.getvalue()
+
+
+def test_table_on_stdout(compared: tuple[Path, dict[str, Any], str]) -> None:
+    _, doc, stdout = compared
+    header = next(line for line in stdout.splitlines() if "revision" in line
+                  and "watermark" in line)
+    assert header.split() == ["revision", "watermark"]
+    for label in ("windows closed", "revisions per window", "first result, event time",
+                  "final value, event time", "too-late records", "windows exact at window end",
+                  "what a larger grace would have kept"):
+        assert label in stdout
+    assert str(doc["modes"]["revision"]["volume"]["revisions"]) in stdout
+
+
+def test_figures_agree_with_the_delta_tables(
+    compared: tuple[Path, dict[str, Any], str], spark: SparkSession
+) -> None:
+    _, doc, _ = compared
+    rev, wm = doc["modes"]["revision"], doc["modes"]["watermark"]
+    for mode, m in (("revision", rev), ("watermark", wm)):
+        path = doc["settings"]["delta_paths"][mode]
+        n = spark.read.format("delta").load(f"{path}/revisions").count()
+        finals = spark.read.format("delta").load(f"{path}/revisions").where("is_final").count()
+        late = spark.read.format("delta").load(f"{path}/late").count()
+        assert m["volume"]["revisions"] == n
+        assert m["volume"]["windows"] == finals
+        assert m["too_late_records"] == late
+        assert m["volume"]["input_records"] == 300
+        assert m["dead_letters"] > 0
+        assert m["volume"]["bytes_per_input"] > 0
+    # same input, same acceptance: same windows and too-late records in both modes
+    assert rev["volume"]["windows"] == wm["volume"]["windows"] > 0
+    assert rev["too_late_records"] == wm["too_late_records"] > 0
+    # watermark mode: one revision per window, first result = final value = FINAL
+    assert wm["revisions_per_window"] == {"1": wm["volume"]["windows"]}
+    lat = wm["latency_event_ms"]
+    assert lat["first_result"] == lat["final_value"] == lat["final_revision"]
+    # revision mode answers earlier, never later, and writes more
+    rl = rev["latency_event_ms"]
+    assert rl["first_result"]["p50"] < lat["first_result"]["p50"]
+    assert rl["final_value"]["p95"] <= rl["final_revision"]["p95"]
+    assert rev["volume"]["revisions"] > wm["volume"]["revisions"]
+    assert sum(int(k) * v for k, v in rev["revisions_per_window"].items()) == \
+        rev["volume"]["revisions"]
+    # accuracy: exact once the FINAL is out; revision mode never behind watermark mode
+    acc_r, acc_w = doc["accuracy_over_time"]["revision"], doc["accuracy_over_time"]["watermark"]
+    assert acc_r[-1]["share_exact"] == acc_w[-1]["share_exact"] == 1.0
+    assert all(r["share_exact"] >= w["share_exact"] for r, w in zip(acc_r, acc_w, strict=True))
+    # the offline what-if at grace x1 reproduces the run; more grace keeps more records
+    g = {row["factor"]: row for row in doc["grace_what_if"]}
+    assert g[1.0]["too_late"] == rev["too_late_records"]
+    assert g[1.0]["finals_changed"] == 0
+    assert g[4.0]["too_late"] <= g[2.0]["too_late"] <= g[1.0]["too_late"]
+    # wall clock is not measured without --rate
+    assert rev["latency_wall_ms"]["first_result"]["n"] == 0
+    assert len(doc["windows"]) == 2 * rev["volume"]["windows"]
+
+
+def test_plots_are_valid_pngs(compared: tuple[Path, dict[str, Any], str]) -> None:
+    import matplotlib.image as mpimg
+
+    out, doc, _ = compared
+    for name in ("latency_cdf.png", "accuracy_over_time.png", "revisions_per_window.png"):
+        path = out / name
+        assert path.read_bytes()[:8] == PNG_MAGIC
+        img = mpimg.imread(path)
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+        assert img.std() > 0.01  # not a blank canvas
+        assert str(path) in doc["files"]["plots"]
+
+
+def test_comparisons_delta_table(
+    compared: tuple[Path, dict[str, Any], str], spark: SparkSession
+) -> None:
+    _, doc, _ = compared
+    rows = spark.read.format("delta").load(doc["files"]["comparisons_table"]).toPandas()
+    mine = rows[rows["run_id"] == doc["run_id"]]
+    assert set(mine["mode"]) == {"revision", "watermark", "both"}
+    got = {(m, k): v for m, k, v in mine[["mode", "metric", "value"]].itertuples(index=False)}
+    assert len(got) == len(mine)  # one row per (mode, metric) of a run
+    assert got[("revision", "revisions")] == doc["modes"]["revision"]["volume"]["revisions"]
+    assert got[("watermark", "first_result_p50")] == \
+        doc["modes"]["watermark"]["latency_event_ms"]["first_result"]["p50"]
+    assert got[("both", "too_late_at_grace_x1")] == doc["modes"]["revision"]["too_late_records"]
