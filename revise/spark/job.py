@@ -666,16 +666,27 @@ def _drive(
 
 
 def _stop_between_batches(query: StreamingQuery, wait_s: float = 30.0) -> None:
-    """Stop the query when no micro-batch is running (or after ``wait_s``).
+    """Stop the query right after a micro-batch has committed (or after ``wait_s``).
 
     Stopping in the middle of a batch is safe (the batch is replayed on restart) but makes
-    Spark log an interrupted batch; between batches it is silent.
+    Spark log an interrupted batch; between batches it is silent. The processing-time
+    timeout makes Spark run no-data micro-batches back to back (trigger 0 under ``--once``),
+    so the trigger is almost never seen inactive: the moment just after a batch reports its
+    progress (its commit log is written then) is the gap to aim for.
     """
     deadline = time.monotonic() + wait_s
+
+    def last_batch() -> Any:
+        progress = query.lastProgress
+        return progress.get("batchId") if progress else None
+
+    last = last_batch()
     while time.monotonic() < deadline and query.isActive:
         if not query.status.get("isTriggerActive", False):
             break
-        time.sleep(0.05)
+        if last_batch() != last:
+            break
+        time.sleep(0.02)
     query.stop()
 
 
