@@ -28,7 +28,8 @@ How latency is measured:
 - *Event time*: ``watermark_ms - window_end_ms`` of the revision (see
   :mod:`revise.compare_metrics`); deterministic for a given split into micro-batches. The
   first micro-batch runs before any watermark exists (watermark 0); its revisions are placed at
-  the input's earliest event time minus the delay.
+  the run's first real watermark (conservative: they came no later than that). Placing them at
+  the earliest event time instead would let one very late record make them look minutes early.
 - *Wall clock* (only with ``--rate``, else reported as not measured): from a record's Kafka
   timestamp (its arrival, stamped by the producer) to the revision's ``emitted_at_ms`` (stamped
   just before the micro-batch's Kafka transaction commits). First result: from the window's
@@ -562,9 +563,10 @@ def _compute(
         dl = _read_delta(spark, f"{root}/dead_letter")
         dead[mode] = int((dl["query_id"] == qid).sum())
         arrivals[mode] = _arrivals(cfg.bootstrap_servers, topics[mode])
-        if len(arrivals[mode]):
-            floor = int(arrivals[mode]["ts_ms"].min()) - cfg.engine.watermark_delay_ms
-            revisions[mode] = anchor_initial_watermark(revisions[mode], floor)
+        real = revisions[mode]["watermark_ms"]
+        real = real[real > 0]
+        if len(real):
+            revisions[mode] = anchor_initial_watermark(revisions[mode], int(real.min()))
         summaries[mode] = window_summary(revisions[mode])
     span = cfg.engine.window.gap_ms if cfg.engine.window.kind == "session" else 0
     grid = _grid(list(summaries.values()), cfg.engine.window, cfg.engine.grace_ms)

@@ -195,8 +195,8 @@ def anchor_initial_watermark(revisions: pd.DataFrame, floor_ms: int) -> pd.DataF
     """Place revisions emitted before any watermark existed at ``floor_ms``.
 
     The first micro-batch runs with watermark 0 (nothing seen yet), so its revisions would
-    have a latency of minus the epoch. They are moved to ``floor_ms`` — the watermark the
-    stream had at its very start (earliest accepted event time minus the delay).
+    have a latency of minus the epoch. They are moved to ``floor_ms`` (``revise compare`` uses
+    the run's first real watermark: those revisions came no later than that).
 
     >>> anchor_initial_watermark(pd.DataFrame({"watermark_ms": [0, 5000]}), 1000)
        watermark_ms
