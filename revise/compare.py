@@ -36,7 +36,9 @@ How latency is measured:
   first accepted record; final value: from its last accepted record. It includes the
   micro-batch trigger interval (``--trigger``, 1 s by default for an unbounded run). The FINALs
   of windows still open when the replay ends are emitted by the bounded restart, so the tail
-  of the final-value distribution includes that restart.
+  of the final-value distribution includes that restart. With ``--rate`` the split into
+  micro-batches depends on timing, so the two modes see the same records but not necessarily
+  the same batches (their too-late counts can differ); without it both runs get the same split.
 
 Trace (tumbling 10 s, grace 5 s): a window ``[0,10000)`` gets revision 0 at watermark 4000
 (first result at −6 s in revision mode), its last late record at watermark 11000 (final value
