@@ -1,0 +1,558 @@
+"""What the end-to-end tests share: the job's setup, the input as Kafka holds it, the job's real
+micro-batch split (from Spark's offset log), the batch oracle over that split, and one checker of
+every SPEC §4–6 promise about the outputs a ``read_committed`` consumer and a Delta reader see.
+
+The oracle is ``tests/revise/oracle.py`` (plain Python loops over SPEC §3–4), fed with the input
+records split exactly as the job split them: Spark's offset log (``<checkpoint>/spark/offsets/N``)
+holds each micro-batch's Kafka end offsets and the watermark Spark used for it, so the test
+replays the same batches (a different split would legitimately give other revisions).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import oracle
+import orjson
+from deltalake import DeltaTable
+
+from revise.config import EngineConfig, WindowSpec
+from revise.jobconfig import JobConfig
+from sinks.kafka_changelog import decode_dead_letter, decode_late, decode_revision, read_committed
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_TS = 2**53
+WINDOW = tuple[str, int, int]
+
+
+# --------------------------------------------------------------------------- setup
+
+
+@dataclass
+class JobSetup:
+    """One job's topics, ids and folders, and its engine settings."""
+
+    bootstrap: str
+    input_topic: str
+    changelog_topic: str
+    late_topic: str
+    dead_letter_topic: str
+    query_id: str
+    delta_path: str
+    checkpoint: str
+    workdir: Path
+    window: str = "tumbling:2s"
+    grace_ms: int = 3_000
+    delay_ms: int = 0
+    mode: str = "revision"
+    shards: int = 2
+    max_records_per_batch: int | None = 500
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            window=WindowSpec.parse(self.window), grace_ms=self.grace_ms,
+            watermark_delay_ms=self.delay_ms, mode=self.mode,  # type: ignore[arg-type]
+            query_id=self.query_id,
+        )
+
+    def job_config(self) -> JobConfig:
+        return JobConfig(
+            bootstrap_servers=self.bootstrap, input_topic=self.input_topic,
+            changelog_topic=self.changelog_topic, late_topic=self.late_topic,
+            dead_letter_topic=self.dead_letter_topic, delta_path=self.delta_path,
+            checkpoint=self.checkpoint, engine=self.engine_config(),
+            max_records_per_batch=self.max_records_per_batch, once=True, shards=self.shards,
+        )
+
+    def cli_args(self) -> list[str]:
+        args = [
+            "run", "--bootstrap-servers", self.bootstrap, "--input-topic", self.input_topic,
+            "--changelog-topic", self.changelog_topic, "--late-topic", self.late_topic,
+            "--dead-letter-topic", self.dead_letter_topic, "--delta-path", self.delta_path,
+            "--checkpoint", self.checkpoint, "--query-id", self.query_id, "--mode", self.mode,
+            "--window", self.window, "--grace", f"{self.grace_ms}ms",
+            "--watermark-delay", f"{self.delay_ms}ms", "--shards", str(self.shards), "--once",
+        ]
+        if self.max_records_per_batch:
+            args += ["--max-records-per-batch", str(self.max_records_per_batch)]
+        return args
+
+    def produce(self, payloads: Iterable[bytes], keys: Iterable[str | None] | None = None,
+                partition: int | None = None) -> None:
+        """Write raw values in order (keyed, or all to one partition), idempotently."""
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+                      "linger.ms": 5})
+        ks = list(keys) if keys is not None else None
+        for i, v in enumerate(payloads):
+            kw: dict[str, Any] = {}
+            if partition is not None:
+                kw["partition"] = partition
+            if ks is not None and ks[i] is not None:
+                kw["key"] = ks[i].encode()
+            p.produce(self.input_topic, value=v, **kw)
+        assert p.flush(30) == 0
+
+
+# --------------------------------------------------------------------------- the input
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    partition: int
+    offset: int
+    raw: bytes | None
+
+
+def rid(partition: int, offset: int) -> int:
+    """The oracle's record id of a Kafka record."""
+    return partition * 1_000_000_000 + offset
+
+
+def parse_good(raw: bytes | None) -> tuple[str, int, float] | None:
+    """SPEC §2 in plain Python: (key, ts, value) of a well-formed record, None for bad input."""
+    if not raw or not raw.strip():
+        return None
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    key, ts, value = obj.get("key"), obj.get("ts"), obj.get("value")
+    if not isinstance(key, str):
+        return None
+    if isinstance(ts, float) and ts.is_integer():
+        ts = int(ts)
+    if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts < MAX_TS:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return key, ts, float(value)
+
+
+@dataclass
+class Input:
+    """The input topic as a read_committed consumer sees it, classified by SPEC §2."""
+
+    records: list[InputRecord]
+    good: dict[tuple[int, int], oracle.Rec]
+    bad: dict[tuple[int, int], bytes | None]
+
+    @staticmethod
+    def read(bootstrap: str, topic: str) -> Input:
+        msgs = read_committed(bootstrap, topic, timeout_s=60)
+        records = [InputRecord(m.partition(), m.offset(), m.value()) for m in msgs]
+        good, bad = {}, {}
+        for r in records:
+            parsed = parse_good(r.raw)
+            if parsed is None:
+                bad[(r.partition, r.offset)] = r.raw
+            else:
+                good[(r.partition, r.offset)] = oracle.Rec(*parsed, rid(r.partition, r.offset))
+        return Input(records, good, bad)
+
+
+# --------------------------------------------------------------------------- the job's split
+
+
+@dataclass(frozen=True)
+class SparkBatch:
+    """One entry of Spark's offset log."""
+
+    batch_id: int
+    watermark_ms: int
+    kafka_end: dict[int, int]
+    control: int | None  # logOffset of the close-all command source, None before any file
+
+
+def spark_batches(checkpoint: str, topic: str) -> list[SparkBatch]:
+    """Spark's offset log, batch by batch (only batches Spark also committed)."""
+    root = Path(checkpoint) / "spark"
+    committed = {int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit()}
+    out = []
+    for p in sorted((root / "offsets").iterdir(), key=lambda p: int(p.name) if p.name.isdigit()
+                    else -1):
+        if not p.name.isdigit() or int(p.name) not in committed:
+            continue
+        lines = p.read_text().splitlines()
+        meta = json.loads(lines[1])
+        kafka = json.loads(lines[2]) if lines[2] != "-" else {}
+        ctl = json.loads(lines[3]) if len(lines) > 3 and lines[3] != "-" else None
+        out.append(SparkBatch(
+            int(p.name), int(meta["batchWatermarkMs"]),
+            {int(k): int(v) for k, v in kafka.get(topic, {}).items()},
+            None if ctl is None else int(ctl["logOffset"]),
+        ))
+    ids = [b.batch_id for b in out]
+    assert ids == list(range(len(ids))), f"offset log has gaps: {ids}"
+    return out
+
+
+@dataclass
+class Replay:
+    """The oracle over the job's own split."""
+
+    batches: list[SparkBatch]
+    data: list[list[oracle.Rec]]
+    close_batch_id: int
+    truth: oracle.Truth
+
+    def final_batch_id(self, window: WINDOW) -> int:
+        i = self.truth.close_batch[window]
+        return self.batches[i].batch_id if i < len(self.data) else self.close_batch_id
+
+
+def replay(setup: JobSetup, inp: Input) -> Replay:
+    """Split the input as Spark's offset log says and run the batch oracle over it."""
+    batches = spark_batches(setup.checkpoint, setup.input_topic)
+    close = next(i for i, b in enumerate(batches) if b.control is not None)
+    data_batches = batches[:close]
+    prev: dict[int, int] = defaultdict(int)
+    split: list[list[oracle.Rec]] = []
+    for b in data_batches:
+        recs = [r for (p, o), r in inp.good.items() if prev[p] <= o < b.kafka_end.get(p, prev[p])]
+        split.append(sorted(recs, key=lambda r: r.rid))
+        prev.update(b.kafka_end)
+    # Everything was read before the close-all command.
+    ends = Counter()
+    for r in inp.records:
+        ends[r.partition] = max(ends[r.partition], r.offset + 1)
+    assert {p: prev[p] for p in ends} == dict(ends), "the close-all came before the input's end"
+    assert batches[close].kafka_end == {p: prev[p] for p in batches[close].kafka_end}, (
+        "the close-all batch read input records"
+    )
+    truth = oracle.compute(setup.engine_config(), split)
+    # The watermark is global: Spark's watermark of every batch is the max event time of all
+    # earlier batches (every partition, every shard) minus the delay.
+    assert [b.watermark_ms for b in data_batches] == truth.watermarks
+    return Replay(batches, split, batches[close].batch_id, truth)
+
+
+# --------------------------------------------------------------------------- the outputs
+
+
+def read_delta(path: str, table: str) -> list[dict[str, Any]]:
+    return DeltaTable(f"{path}/{table}").to_pyarrow_table().to_pylist()
+
+
+@dataclass
+class Outputs:
+    kafka_revisions: list[tuple[int, int, dict[str, Any]]]  # (partition, offset, row)
+    kafka_late: list[dict[str, Any]]
+    kafka_dead: list[dict[str, Any]]
+    revisions: list[dict[str, Any]]
+    latest: list[dict[str, Any]]
+    late: list[dict[str, Any]]
+    dead: list[dict[str, Any]]
+
+    @staticmethod
+    def read(setup: JobSetup) -> Outputs:
+        def topic(t: str) -> list[Any]:
+            return read_committed(setup.bootstrap, t, timeout_s=60)
+
+        msgs = topic(setup.changelog_topic)
+        revs = [(m.partition(), m.offset(), decode_revision(m.value()).to_row()) for m in msgs]
+        for (_p, _o, row), m in zip(revs, msgs, strict=True):
+            key = orjson.loads(m.key())  # the window, so compaction keeps its latest revision
+            assert key == {k: row[k] for k in ("key", "window_start_ms", "window_end_ms")}, key
+        return Outputs(
+            revs,
+            [decode_late(m.value()).to_row() for m in topic(setup.late_topic)],
+            [decode_dead_letter(m.value()).to_row() for m in topic(setup.dead_letter_topic)],
+            read_delta(setup.delta_path, "revisions"),
+            read_delta(setup.delta_path, "latest"),
+            read_delta(setup.delta_path, "late"),
+            read_delta(setup.delta_path, "dead_letter"),
+        )
+
+
+def _ident(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["query_id"], row["key"], row["window_start_ms"], row["window_end_ms"],
+            row["revision"])
+
+
+def _window(row: dict[str, Any]) -> WINDOW:
+    return (row["key"], row["window_start_ms"], row["window_end_ms"])
+
+
+def _comparable(row: dict[str, Any], with_emitted_at: bool) -> tuple[Any, ...]:
+    return tuple(sorted((k, v) for k, v in row.items()
+                        if with_emitted_at or k != "emitted_at_ms"))
+
+
+AGGS = ("count", "sum", "min", "max", "mean")
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+@dataclass
+class Report:
+    windows: int = 0
+    revisions: int = 0
+    late_revisions: int = 0
+    retracted: int = 0
+    too_late: int = 0
+    dead: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def check_run(setup: JobSetup, *, crashed: bool = False) -> Report:
+    """Every SPEC §4–6 promise about a finished ``--once`` run; returns what it saw.
+
+    ``crashed``: the run was interrupted and restarted, so a replayed batch may carry another
+    ``emitted_at_ms`` in Delta than the one Kafka committed first (SPEC §4 sets it aside).
+    """
+    inp = Input.read(setup.bootstrap, setup.input_topic)
+    rep = replay(setup, inp)
+    out = Outputs.read(setup)
+    cfg = setup.engine_config()
+    grace = cfg.grace_ms
+    session = cfg.window.kind == "session"
+    report = Report()
+
+    # -- exactly once: no duplicates, Kafka == Delta ----------------------------------------
+    kafka_rows = [row for _p, _o, row in out.kafka_revisions]
+    dup_k = [k for k, n in Counter(map(_ident, kafka_rows)).items() if n > 1]
+    dup_d = [k for k, n in Counter(map(_ident, out.revisions)).items() if n > 1]
+    assert not dup_k, f"duplicate revisions in the changelog: {dup_k[:5]}"
+    assert not dup_d, f"duplicate revisions in Delta: {dup_d[:5]}"
+    with_t = not crashed
+    assert sorted(_comparable(r, with_t) for r in kafka_rows) == sorted(
+        _comparable(r, with_t) for r in out.revisions), "changelog and Delta revisions differ"
+    assert {r["query_id"] for r in kafka_rows} == {setup.query_id}
+    assert {r["mode"] for r in kafka_rows} == {setup.mode}
+    report.revisions = len(kafka_rows)
+
+    # -- one window's revisions: one partition, increasing order ----------------------------
+    where: dict[WINDOW, set[int]] = defaultdict(set)
+    last_rev: dict[WINDOW, int] = {}
+    for p, _o, row in sorted(out.kafka_revisions, key=lambda t: (t[0], t[1])):
+        w = _window(row)
+        where[w].add(p)
+        assert row["revision"] > last_rev.get(w, -1), f"{w} out of order in the changelog"
+        last_rev[w] = row["revision"]
+    assert all(len(ps) == 1 for ps in where.values()), "a window's revisions span partitions"
+
+    # -- per window: dense, one FINAL last, timing consistent -------------------------------
+    by_window: dict[WINDOW, list[dict[str, Any]]] = defaultdict(list)
+    for row in out.revisions:
+        by_window[_window(row)].append(row)
+    finals: dict[WINDOW, dict[str, Any]] = {}
+    retracted_rows = [r for r in out.revisions if r["retracted"]]
+    for w, rows in by_window.items():
+        rows.sort(key=lambda r: r["revision"])
+        revs = [r["revision"] for r in rows]
+        assert revs == list(range(revs[0], revs[-1] + 1)), f"{w}: revisions not dense: {revs}"
+        if revs[0] != 0:
+            # a session lineage continues from the bounds it retracted in the same batch
+            assert session, f"{w}: first revision is {revs[0]}"
+            assert any(r["key"] == w[0] and r["revision"] == revs[0] - 1
+                       and r["batch_id"] == rows[0]["batch_id"]
+                       and w[1] <= r["window_start_ms"] and r["window_end_ms"] <= w[2]
+                       for r in retracted_rows), f"{w}: rev {revs[0]} continues no lineage"
+        flags = [r["is_final"] for r in rows]
+        assert flags == [r["timing"] == "FINAL" for r in rows]
+        if rows[-1]["retracted"]:
+            assert session and not any(flags), f"{w}: retracted bounds with a FINAL"
+            assert [r["retracted"] for r in rows] == [False] * (len(rows) - 1) + [True]
+            report.retracted += 1
+            continue
+        assert flags == [False] * (len(rows) - 1) + [True], f"{w}: FINAL not exactly once, last"
+        assert not any(r["retracted"] for r in rows)
+        finals[w] = rows[-1]
+        for prev, row in zip(rows, rows[1:], strict=False):
+            if not session:  # (session prev_* after a merge hold the merged lineages)
+                for a in AGGS:
+                    assert _same(row[f"prev_{a}"], prev[a]), f"{w}: prev_{a}"
+        for row in rows:
+            wm, end = row["watermark_ms"], w[2]
+            if row["timing"] == "EARLY":
+                assert wm < end, f"{w}: EARLY at watermark {wm}"
+            elif row["timing"] == "LATE":
+                assert end <= wm < end + grace, f"{w}: LATE at watermark {wm}"
+                report.late_revisions += 1
+        if setup.mode == "watermark":
+            assert len(rows) == 1 and rows[0]["revision"] == 0, f"{w}: {revs} in watermark mode"
+            assert all(rows[0][f"prev_{a}"] is None for a in AGGS)
+        elif rows[0]["revision"] == 0:
+            assert all(rows[0][f"prev_{a}"] is None for a in AGGS), f"{w}: prev_* at rev 0"
+    report.windows = len(finals)
+
+    # -- FINAL == the batch oracle over the job's split -------------------------------------
+    truth = rep.truth
+    assert set(finals) == set(truth.windows), (
+        f"windows differ: missing {sorted(set(truth.windows) - set(finals))[:5]}, "
+        f"extra {sorted(set(finals) - set(truth.windows))[:5]}"
+    )
+    for w, t in truth.windows.items():
+        f = finals[w]
+        vals = t.values
+        want = {"count": len(vals), "sum": math.fsum(vals), "min": min(vals), "max": max(vals),
+                "mean": math.fsum(vals) / len(vals)}
+        for a in AGGS:
+            assert _same(f[a], want[a]), f"{w}: FINAL {a}={f[a]}, oracle {want[a]}"
+        assert f["n_late"] == t.n_late and f["max_lateness_ms"] == t.max_lateness, w
+        assert f["batch_id"] == rep.final_batch_id(w), (
+            f"{w}: FINAL in batch {f['batch_id']}, due in batch {rep.final_batch_id(w)}")
+        due = truth.close_batch[w]
+        want_wm = truth.watermarks[due] if due < len(rep.data) else truth.final_watermark
+        assert f["watermark_ms"] == want_wm, w
+
+    # -- too-late records: per (record, window), exactly the oracle's -----------------------
+    def late_ids(rows: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+        return [(rid(r["partition"], r["offset"]), r["window_start_ms"], r["window_end_ms"])
+                for r in rows]
+
+    for rows, where_ in ((out.late, "Delta"), (out.kafka_late, "the late topic")):
+        ids = late_ids(rows)
+        assert len(ids) == len(set(ids)), f"duplicate late records in {where_}"
+        assert set(ids) == truth.too_late, f"too-late records in {where_} differ from the oracle"
+    by_rid = {r.rid: r for r in inp.good.values()}
+    for r in out.late:
+        rec = by_rid[rid(r["partition"], r["offset"])]
+        assert (r["key"], r["ts_ms"], r["value"]) == (rec.key, rec.ts, rec.value)
+        assert r["lateness_ms"] == r["watermark_ms"] - r["ts_ms"] > 0
+        assert r["watermark_ms"] == truth.watermarks[r["batch_id"]]
+        assert r["watermark_ms"] >= r["window_end_ms"] + grace
+        assert r["topic"] == setup.input_topic and r["reason"]
+    report.too_late = len(out.late)
+
+    # -- accepted + too-late + bad = input ---------------------------------------------------
+    assert len(inp.good) + len(inp.bad) == len(inp.records)
+    size, adv = cfg.window.size_ms, cfg.window.advance_ms
+    if session:
+        pairs = len(inp.good)
+    else:
+        pairs = sum(len(oracle.windows_of(r.ts, size, adv)) for r in inp.good.values())
+        # Accepted = every (record, window) of the good input not in Delta `late`: the batch
+        # aggregate over it is each window's FINAL (independent of the split).
+        rejected = set(late_ids(out.late))
+        acc: dict[WINDOW, list[float]] = defaultdict(list)
+        for r in inp.good.values():
+            for s, e in oracle.windows_of(r.ts, size, adv):
+                if (r.rid, s, e) not in rejected:
+                    acc[(r.key, s, e)].append(r.value)
+        assert set(acc) == set(finals)
+        for w, vals in acc.items():
+            assert finals[w]["count"] == len(vals)
+            assert _same(finals[w]["sum"], math.fsum(vals))
+            assert _same(finals[w]["min"], min(vals)) and _same(finals[w]["max"], max(vals))
+    assert sum(f["count"] for f in finals.values()) + len(out.late) == pairs
+    assert len(out.dead) == len(inp.bad)
+
+    # -- dead letters: every malformed record, with its reason and offset -------------------
+    for rows, where_ in ((out.dead, "Delta"), (out.kafka_dead, "the dead-letter topic")):
+        got = {(r["partition"], r["offset"]): r for r in rows}
+        assert len(got) == len(rows) and set(got) == set(inp.bad), f"dead letters in {where_}"
+        for key, r in got.items():
+            raw = inp.bad[key]
+            assert r["reason"], f"dead letter {key} without a reason"
+            assert r["topic"] == setup.input_topic
+            assert (r["raw_value"] or "") == (raw or b"").decode()
+            if raw and raw.strip() and _invalid_json(raw):
+                assert r["reason"] == "invalid JSON", r
+    report.dead = len(out.dead)
+    report.notes.append("reasons: " + ", ".join(sorted({r["reason"].split(":")[0]
+                                                        for r in out.dead})))
+
+    # -- latest: the highest revision of every window; retracted bounds removed -------------
+    want_latest = {}
+    for w, rows in by_window.items():
+        top = rows[-1]
+        if not top["retracted"]:
+            want_latest[w] = _comparable(top, with_t)
+    got_latest = {_window(r): _comparable(r, with_t) for r in out.latest}
+    assert len(got_latest) == len(out.latest), "latest holds a window twice"
+    assert got_latest == want_latest, "latest is not the highest revision of every window"
+    return report
+
+
+def _invalid_json(raw: bytes) -> bool:
+    try:
+        json.loads(raw)
+    except ValueError:
+        return True
+    return False
+
+
+# --------------------------------------------------------------------------- subprocess runs
+
+
+class CliRun:
+    """``python -m revise <args>`` in its own process group (so the JVM dies with it)."""
+
+    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
+                 log: Path) -> None:
+        full_env = {k: v for k, v in os.environ.items() if k != "REVISE_CRASH_AT"}
+        full_env.update(env or {})
+        self.log_path = log
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "revise", *args], cwd=cwd, env=full_env,
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if text in self.log():
+                return True
+            if self.proc.poll() is not None:
+                return text in self.log()
+            time.sleep(0.1)
+        return False
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def wait(self, timeout_s: float) -> int:
+        """Wait for the process; then SIGKILL what is left of its group (the JVM)."""
+        try:
+            rc = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.signal_group(signal.SIGKILL)
+            self.proc.wait(30)
+            msg = f"revise did not exit within {timeout_s}s:\n{self.tail()}"
+            raise AssertionError(msg) from None
+        finally:
+            self._log.close()
+        self.signal_group(signal.SIGKILL)
+        _wait_group_gone(self.proc.pid)
+        return rc
+
+    def tail(self, n: int = 40) -> str:
+        lines = [ln for ln in self.log().splitlines() if not ln.lstrip().startswith("at ")]
+        return "\n".join(lines[-n:])
+
+
+def _wait_group_gone(pgid: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
