@@ -1,0 +1,88 @@
+"""Crash and restart: ``python -m revise run --once`` SIGKILLed at a random moment and at every
+point of the commit sequence, restarted on the same checkpoint each time, then run to the end.
+
+One checkpoint goes through the whole chain (each restart first replays the batch the last one died
+in, so every crash point also follows a replay of an earlier crash):
+
+1. SIGKILL of the whole process group (driver and JVM) at a random moment once batches flow;
+2. ``before_kafka_commit`` (transaction open, not committed → aborted by the next instance);
+3. ``after_kafka`` (Kafka committed, Delta not written, Spark has not recorded the batch);
+4. ``during_delta`` (``revisions`` written, ``late``/``dead_letter``/``latest`` not);
+5. ``after_delta`` (everything written, Spark has not recorded the batch);
+6. a clean restart to completion.
+
+Then a read_committed consumer and a Delta reader must see every revision exactly once, the
+two must agree, and the FINALs must equal the batch oracle over the job's micro-batch split
+(``integration_support.check_run``). Each crash point aims at the batch after the first one
+Spark has not committed yet (read from the checkpoint), so every run also completes a batch; the
+last ones land on the close-all batch, whose FINALs are replayed too.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from integration_support import CliRun, check_run
+
+from revise.generate import GeneratorConfig, generate, produce
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta, pytest.mark.slow]
+
+RUN_TIMEOUT_S = 300
+
+
+def _next_batch(checkpoint: str) -> int:
+    commits = Path(checkpoint) / "spark" / "commits"
+    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    return max(done, default=-1) + 1
+
+
+def test_sigkill_at_every_commit_point_and_at_random_loses_and_duplicates_nothing(
+    job_setup, tmp_path
+):
+    setup = job_setup("crash", window="tumbling:2s", grace_ms=3_000, max_records_per_batch=200)
+    n_data_batches = 5  # 1,000 events, <= 200 per batch: 5+ batches, then the close-all one
+    stream = generate(GeneratorConfig(events=1_000, keys=10, seed=5, disorder_ms=2_000,
+                                      late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.04))
+    produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
+    args = setup.cli_args()
+    history = []
+
+    # 1. a random moment once micro-batches are flowing
+    seed = random.randrange(1_000_000)
+    delay = random.Random(seed).uniform(0.0, 3.0)
+    run = CliRun(args, cwd=tmp_path, log=tmp_path / "run-random.log")
+    assert run.wait_for("batch=0 ", RUN_TIMEOUT_S), run.tail()
+    time.sleep(delay)
+    run.signal_group(signal.SIGKILL)
+    rc = run.wait(60)
+    assert rc == -signal.SIGKILL, f"the run ended (rc={rc}) before the random kill:\n{run.tail()}"
+    history.append(f"random kill after {delay:.2f}s (seed {seed}), next batch "
+                   f"{_next_batch(setup.checkpoint)}")
+
+    # 2.–5. each commit point, aimed at the first batch not yet committed
+    for point in ("before_kafka_commit", "after_kafka", "during_delta", "after_delta"):
+        # the close-all batch (id >= n_data_batches) always has output, so the crash fires
+        target = min(_next_batch(setup.checkpoint) + 1, n_data_batches)
+        run = CliRun(args, cwd=tmp_path, env={"REVISE_CRASH_AT": f"{point}:{target}"},
+                     log=tmp_path / f"run-{point}.log")
+        rc = run.wait(RUN_TIMEOUT_S)
+        assert rc == -signal.SIGKILL, f"no crash at {point}:{target} (rc={rc}):\n{run.tail()}"
+        assert f"killing the job at {point} of batch" in run.log()
+        history.append(f"{point}:{target}")
+
+    # 6. to completion
+    run = CliRun(args, cwd=tmp_path, log=tmp_path / "run-final.log")
+    rc = run.wait(RUN_TIMEOUT_S)
+    assert rc == 0, run.tail()
+    # the batch that died after_delta was committed to Kafka: the restart skipped it there
+    replayed = re.search(r"replayed_batches=(\d+)", run.log())
+    assert replayed and int(replayed.group(1)) >= 1, run.tail()
+
+    report = check_run(setup, crashed=True)
+    assert report.windows > 10 and report.late_revisions > 0 and report.too_late > 0, history

@@ -1,0 +1,49 @@
+"""Zombie fencing: two instances of one query id on one checkpoint.
+
+Instance A starts and commits its first micro-batch, then freezes (SIGSTOP of its whole process
+group: driver and JVM, as in a long GC pause or a partitioned host). Instance B starts on the
+same checkpoint with the same query id, fences A's transactional producer (same
+``transactional.id``), replays from the checkpoint and runs to completion. Then A wakes up
+(SIGCONT). A must stop with a non-zero exit and say why, and nothing A does after waking may
+show up in Kafka or Delta: exactly-once still holds, and the outputs equal the batch oracle over
+the micro-batch split of the checkpoint.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from integration_support import CliRun, check_run
+
+from revise.generate import GeneratorConfig, generate, produce
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta, pytest.mark.slow]
+
+RUN_TIMEOUT_S = 300
+
+
+def test_a_woken_zombie_is_fenced_and_exactly_once_holds(job_setup, tmp_path):
+    setup = job_setup("zombie", window="tumbling:2s", grace_ms=3_000, max_records_per_batch=200)
+    stream = generate(GeneratorConfig(events=800, keys=10, seed=3, disorder_ms=2_000,
+                                      late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.04))
+    produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
+    args = setup.cli_args()
+
+    a = CliRun(args, cwd=tmp_path, log=tmp_path / "a.log")
+    try:
+        assert a.wait_for("batch=0 ", RUN_TIMEOUT_S), a.tail()  # batch 0 committed
+        a.signal_group(signal.SIGSTOP)
+
+        b = CliRun(args, cwd=tmp_path, log=tmp_path / "b.log")
+        assert b.wait(RUN_TIMEOUT_S) == 0, b.tail()
+    finally:
+        a.signal_group(signal.SIGCONT)
+    rc = a.wait(120)  # a fenced instance must not hang
+
+    log = a.log()
+    assert rc == 1, f"the zombie exited with {rc}:\n{a.tail()}"
+    assert "revise run: failed:" in log, a.tail()
+    assert "fenced" in log and "another instance" in log, a.tail()
+
+    check_run(setup, crashed=True)
