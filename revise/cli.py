@@ -230,9 +230,10 @@ def _install_stop_handlers() -> threading.Event:
 def cmd_run(args: argparse.Namespace) -> int:
     """``revise run``."""
     cfg = job_config_from_args(args)
-    from revise.spark.job import run_job
+    from revise.spark.job import preflight, run_job
     from revise.spark.session import spark_session
 
+    preflight(cfg)  # configuration errors before Spark's start-up, not after it
     stop = _install_stop_handlers()
     start = time.monotonic()
     log.info("query_id=%s mode=%s window=%s grace_ms=%d input=%s once=%s",

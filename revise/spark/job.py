@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql.streaming.state import GroupState
 
-__all__ = ["JobError", "JobResult", "run_job"]
+__all__ = ["JobError", "JobResult", "preflight", "run_job"]
 
 log = logging.getLogger("revise.job")
 
@@ -523,6 +523,19 @@ def _ensure_topics(cfg: JobConfig) -> None:
                     raise
 
 
+def preflight(cfg: JobConfig) -> None:
+    """Run the checks that need no Spark, before Spark starts.
+
+    The input topic must exist (missing output topics are created) and the checkpoint, if
+    any, must have been written with these settings.
+
+    Raises:
+        ConfigError: Either check failed (the CLI exits 2).
+    """
+    _ensure_topics(cfg)
+    _check_checkpoint(cfg)
+
+
 def run_job(
     cfg: JobConfig,
     *,
@@ -548,8 +561,7 @@ def run_job(
         JobError: The streaming query failed.
     """
     t_start = time.monotonic()
-    _check_checkpoint(cfg)
-    _ensure_topics(cfg)
+    preflight(cfg)
     ends = _end_offsets(cfg) if cfg.once else None
     spark = spark or spark_session(f"revise-{cfg.query_id}")
     control_dir = str(Path(cfg.checkpoint) / "control")
