@@ -318,7 +318,8 @@ def _add_broker(sub: Any) -> None:
                        description="Start, stop or inspect the embedded Apache Kafka broker "
                        "(KRaft, single node by default).")
     p.add_argument("action", choices=("start", "stop", "status"))
-    p.add_argument("--home", help="state folder (default $REVISE_HOME/broker or ~/.revise/broker)")
+    p.add_argument("--home", help="revise's home folder; the broker lives in HOME/broker "
+                   "(default ~/.revise)")
     p.add_argument("--port", type=int, help="client port of the first node (default: a free one)")
     p.add_argument("--nodes", type=int, default=1, help="Kafka processes in the cluster")
     p.set_defaults(handler=cmd_broker)
@@ -328,7 +329,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
     """``revise broker start|stop|status``."""
     from revise.infra import broker
 
-    home = Path(args.home).expanduser() if args.home else None
+    # --home (and REVISE_HOME) name revise's home; the broker's own folder is HOME/broker, the
+    # same place broker.default_home() finds it, so every command agrees on one broker.
+    home = Path(args.home).expanduser() / "broker" if args.home else None
     if args.action == "start":
         cluster = broker.start(home, port=_maybe_int(args.port, "--port"),
                                nodes=_maybe_int(args.nodes, "--nodes") or 1)
