@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from revise.cli_args import duration_type, maybe_duration, maybe_int
 from revise.config import EngineConfig, WindowSpec, parse_aggs, parse_duration
 from revise.errors import ConfigError, InfraError, ReviseError
 
@@ -50,16 +51,6 @@ class _EnvDefaults(argparse.ArgumentParser):
             if help_text is not None and help_text is not argparse.SUPPRESS:
                 kwargs["help"] = f"{help_text} [env {env}]"
         return super().add_argument(*args, **kwargs)
-
-
-def _duration(option: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            return parse_duration(text, option=option)
-        except ConfigError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from exc
-
-    return parse
 
 
 def _embedded_bootstrap(given: str | None, *, start: bool = False) -> str:
@@ -118,9 +109,9 @@ def _progress_logger(start: float) -> Callable[[dict[str, Any]], None]:
 def _add_engine_options(p: argparse.ArgumentParser, *, mode: bool = True) -> None:
     p.add_argument("--window", required=True,
                    help="tumbling:SIZE | hopping:SIZE:ADVANCE | session:GAP")
-    p.add_argument("--grace", required=True, type=_duration("--grace"),
+    p.add_argument("--grace", required=True, type=duration_type("--grace"),
                    help="how long after window end late records still correct it")
-    p.add_argument("--watermark-delay", default="0ms", type=_duration("--watermark-delay"),
+    p.add_argument("--watermark-delay", default="0ms", type=duration_type("--watermark-delay"),
                    help="watermark = max event time - this (default 0ms)")
     p.add_argument("--aggs", default="count,sum,min,max,mean", help="aggregates to compute")
     if mode:
@@ -157,7 +148,7 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint folder")
     p.add_argument("--query-id", required=True, help="the job's stable id")
     _add_engine_options(p)
-    p.add_argument("--trigger", type=_duration("--trigger"),
+    p.add_argument("--trigger", type=duration_type("--trigger"),
                    help="micro-batch interval (default: back-to-back with --once, else 1s)")
     p.add_argument("--max-records-per-batch", type=int, help="cap on records per micro-batch")
     p.add_argument("--once", action="store_true",
@@ -169,7 +160,7 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--no-transactions", action="store_true",
                    help="plain at-least-once producer instead of exactly-once (benchmarks)")
     p.add_argument("--master", help="Spark master (default local[*]; spark-submit's wins)")
-    p.add_argument("--timeout", type=_duration("--timeout"), help="give up after this long")
+    p.add_argument("--timeout", type=duration_type("--timeout"), help="give up after this long")
     p.set_defaults(handler=cmd_run)
 
 
@@ -188,31 +179,15 @@ def job_config_from_args(args: argparse.Namespace) -> Any:
         checkpoint=str(Path(args.checkpoint).expanduser().resolve()) if "://" not in args.checkpoint
         else args.checkpoint,
         engine=_engine_config(args, mode=args.mode, query_id=args.query_id),
-        trigger_ms=_maybe_duration(args.trigger, "--trigger"),
-        max_records_per_batch=_maybe_int(args.max_records_per_batch, "--max-records-per-batch"),
+        trigger_ms=maybe_duration(args.trigger, "--trigger"),
+        max_records_per_batch=maybe_int(args.max_records_per_batch, "--max-records-per-batch"),
         once=bool(args.once),
-        shards=_maybe_int(args.shards, "--shards") or 8,
+        shards=maybe_int(args.shards, "--shards") or 8,
         key_field=args.key_field,
         ts_field=args.ts_field,
         value_field=args.value_field,
         transactional=not args.no_transactions,
     )
-
-
-def _maybe_duration(v: Any, option: str) -> int | None:
-    if v is None or isinstance(v, int):
-        return v
-    return parse_duration(str(v), option=option)
-
-
-def _maybe_int(v: Any, option: str) -> int | None:
-    if v is None or isinstance(v, int):
-        return v
-    try:
-        return int(v)
-    except ValueError:
-        msg = f"{option} must be an integer, got {v!r}"
-        raise ConfigError(msg) from None
 
 
 def _install_stop_handlers() -> threading.Event:
@@ -269,10 +244,10 @@ def _add_generator_options(p: argparse.ArgumentParser, *, events_required: bool 
     p.add_argument("--events", type=int, required=events_required, help="number of records")
     p.add_argument("--keys", type=int, default=100, help="distinct keys")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--disorder", default="0ms", type=_duration("--disorder"),
+    p.add_argument("--disorder", default="0ms", type=duration_type("--disorder"),
                    help="max event-time disorder")
     p.add_argument("--late-fraction", type=float, default=0.0, help="share of late records")
-    p.add_argument("--late-by", default="1m", type=_duration("--late-by"),
+    p.add_argument("--late-by", default="1m", type=duration_type("--late-by"),
                    help="scale of the heavy-tailed lateness")
     p.add_argument("--bad-fraction", type=float, default=0.0, help="share of malformed records")
     p.add_argument("--rate", type=float, help="records per second (default: as fast as possible)")
@@ -283,12 +258,12 @@ def generator_config_from_args(args: argparse.Namespace) -> Any:
     from revise.generate import GeneratorConfig
 
     return GeneratorConfig(
-        events=_maybe_int(args.events, "--events") or 0,
-        keys=_maybe_int(args.keys, "--keys") or 1,
-        seed=_maybe_int(args.seed, "--seed") or 0,
-        disorder_ms=_maybe_duration(args.disorder, "--disorder") or 0,
+        events=maybe_int(args.events, "--events") or 0,
+        keys=maybe_int(args.keys, "--keys") or 1,
+        seed=maybe_int(args.seed, "--seed") or 0,
+        disorder_ms=maybe_duration(args.disorder, "--disorder") or 0,
         late_fraction=float(args.late_fraction),
-        late_by_ms=_maybe_duration(args.late_by, "--late-by") or 0,
+        late_by_ms=maybe_duration(args.late_by, "--late-by") or 0,
         bad_fraction=float(args.bad_fraction),
     )
 
@@ -333,8 +308,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
     # same place broker.default_home() finds it, so every command agrees on one broker.
     home = Path(args.home).expanduser() / "broker" if args.home else None
     if args.action == "start":
-        cluster = broker.start(home, port=_maybe_int(args.port, "--port"),
-                               nodes=_maybe_int(args.nodes, "--nodes") or 1)
+        cluster = broker.start(home, port=maybe_int(args.port, "--port"),
+                               nodes=maybe_int(args.nodes, "--nodes") or 1)
         print(_describe(cluster))
         return 0
     if args.action == "stop":

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from revise.cli_args import duration_type, maybe_duration, maybe_int
 from revise.compare_metrics import (
     GraceOutcome,
     Percentiles,
@@ -80,7 +81,6 @@ from revise.config import (
     WindowSpec,
     format_duration,
     parse_aggs,
-    parse_duration,
 )
 from revise.errors import ConfigError
 from revise.generate import EventStream, GeneratorConfig
@@ -800,16 +800,6 @@ def format_table(c: Comparison) -> str:
 # --------------------------------------------------------------------------- CLI
 
 
-def _duration(option: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            return parse_duration(text, option=option)
-        except ConfigError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from exc
-
-    return parse
-
-
 def add_parser(sub: Any) -> None:
     """Register ``revise compare`` on the CLI's subparsers."""
     p = sub.add_parser(
@@ -826,49 +816,34 @@ def add_parser(sub: Any) -> None:
                    "no --input-topic)")
     p.add_argument("--keys", type=int, default=20, help="distinct keys of the generated input")
     p.add_argument("--seed", type=int, default=0, help="random seed of the generated input")
-    p.add_argument("--disorder", default="2s", type=_duration("--disorder"),
+    p.add_argument("--disorder", default="2s", type=duration_type("--disorder"),
                    help="max event-time disorder of the generated input")
     p.add_argument("--late-fraction", type=float, default=0.05, help="share of late records")
-    p.add_argument("--late-by", default="5s", type=_duration("--late-by"),
+    p.add_argument("--late-by", default="5s", type=duration_type("--late-by"),
                    help="scale of the heavy-tailed lateness")
     p.add_argument("--bad-fraction", type=float, default=0.0, help="share of malformed records")
-    p.add_argument("--step", default="10ms", type=_duration("--step"),
+    p.add_argument("--step", default="10ms", type=duration_type("--step"),
                    help="event-time advance per generated record")
     p.add_argument("--window", required=True, help="tumbling:SIZE | hopping:SIZE:ADVANCE | "
                    "session:GAP")
-    p.add_argument("--grace", required=True, type=_duration("--grace"),
+    p.add_argument("--grace", required=True, type=duration_type("--grace"),
                    help="how long after window end late records still correct it")
-    p.add_argument("--watermark-delay", default="0ms", type=_duration("--watermark-delay"),
+    p.add_argument("--watermark-delay", default="0ms", type=duration_type("--watermark-delay"),
                    help="watermark = max event time - this")
     p.add_argument("--aggs", default="count,sum,min,max,mean", help="aggregates to compute")
     p.add_argument("--max-records-per-batch", type=int, default=1000,
                    help="records per micro-batch in both runs")
     p.add_argument("--rate", type=float, help="replay the input at this many records/s while "
                    "each job runs, to measure wall-clock latency")
-    p.add_argument("--trigger", type=_duration("--trigger"),
+    p.add_argument("--trigger", type=duration_type("--trigger"),
                    help="micro-batch interval of the --rate runs (default 1s)")
     p.add_argument("--shards", type=int, default=4, help="key shards of both jobs")
     p.add_argument("--delta-path", help="Delta root (default OUTPUT/delta)")
     p.add_argument("--output", required=True, help="folder for comparison.json, windows.csv "
                    "and the PNG plots")
-    p.add_argument("--timeout", type=_duration("--timeout"), help="give up a job after this long")
+    p.add_argument("--timeout", type=duration_type("--timeout"),
+                   help="give up a job after this long")
     p.set_defaults(handler=cmd_compare)
-
-
-def _as_int(v: Any, option: str) -> int | None:
-    if v is None or isinstance(v, int):
-        return v
-    try:
-        return int(v)
-    except ValueError:
-        msg = f"{option} must be an integer, got {v!r}"
-        raise ConfigError(msg) from None
-
-
-def _as_ms(v: Any, option: str) -> int | None:
-    if v is None or isinstance(v, int):
-        return v
-    return parse_duration(str(v), option=option)
 
 
 def _as_float(v: Any, option: str) -> float | None:
@@ -889,7 +864,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
     if not bootstrap:
         cluster = broker.status() or broker.start()
         bootstrap = cluster.bootstrap_servers
-    events = _as_int(args.events, "--events")
+    events = maybe_int(args.events, "--events")
     if args.input_topic and events is not None:
         msg = "give --input-topic or --events, not both"
         raise ConfigError(msg)
@@ -897,13 +872,13 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
     if not args.input_topic:
         generator = GeneratorConfig(
             events=events if events is not None else 5000,
-            keys=_as_int(args.keys, "--keys") or 1,
-            seed=_as_int(args.seed, "--seed") or 0,
-            disorder_ms=_as_ms(args.disorder, "--disorder") or 0,
+            keys=maybe_int(args.keys, "--keys") or 1,
+            seed=maybe_int(args.seed, "--seed") or 0,
+            disorder_ms=maybe_duration(args.disorder, "--disorder") or 0,
             late_fraction=_as_float(args.late_fraction, "--late-fraction") or 0.0,
-            late_by_ms=_as_ms(args.late_by, "--late-by") or 0,
+            late_by_ms=maybe_duration(args.late_by, "--late-by") or 0,
             bad_fraction=_as_float(args.bad_fraction, "--bad-fraction") or 0.0,
-            step_ms=_as_ms(args.step, "--step") or 0,
+            step_ms=maybe_duration(args.step, "--step") or 0,
         )
     output = str(Path(args.output).expanduser().resolve())
     delta = args.delta_path or os.path.join(output, "delta")
@@ -911,18 +886,18 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         delta = str(Path(delta).expanduser().resolve())
     engine = EngineConfig(
         window=WindowSpec.parse(args.window),
-        grace_ms=_as_ms(args.grace, "--grace") or 0,
-        watermark_delay_ms=_as_ms(args.watermark_delay, "--watermark-delay") or 0,
+        grace_ms=maybe_duration(args.grace, "--grace") or 0,
+        watermark_delay_ms=maybe_duration(args.watermark_delay, "--watermark-delay") or 0,
         aggs=parse_aggs(args.aggs),
     )
-    timeout = _as_ms(args.timeout, "--timeout")
+    timeout = maybe_duration(args.timeout, "--timeout")
     return CompareConfig(
         bootstrap_servers=bootstrap, output=output, delta_path=delta, engine=engine,
         input_topic=args.input_topic or None, generator=generator,
-        max_records_per_batch=_as_int(args.max_records_per_batch, "--max-records-per-batch")
+        max_records_per_batch=maybe_int(args.max_records_per_batch, "--max-records-per-batch")
         or 1000,
-        rate=_as_float(args.rate, "--rate"), trigger_ms=_as_ms(args.trigger, "--trigger"),
-        shards=_as_int(args.shards, "--shards") or 4,
+        rate=_as_float(args.rate, "--rate"), trigger_ms=maybe_duration(args.trigger, "--trigger"),
+        shards=maybe_int(args.shards, "--shards") or 4,
         timeout_s=None if timeout is None else timeout / 1000,
     )
 
