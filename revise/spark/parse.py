@@ -15,11 +15,15 @@ Anything else gets a ``reason`` (e.g. ``invalid JSON``, ``missing field 'ts'``,
 touches the watermark (its event time is set to 0, below any watermark) nor any aggregate.
 Doing this in the JVM keeps Python off the per-record path and lets Spark compute the
 watermark from accepted records only.
+
+Cost: a record that passes a cheap test (string key, integer ts in range, finite numeric
+value, read with one lookup per field) is accepted without building its reason; only records
+that fail it pay for the full diagnosis (schema of the whole value, decimal range checks).
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 __all__ = ["INTEGER_TYPES", "classify"]
@@ -29,8 +33,19 @@ _MAX_TS = 2**53
 
 
 def _path(field: str) -> str:
-    escaped = field.replace("\\", "\\\\").replace("'", "\\'")
-    return f"$['{escaped}']"
+    """The ``variant_get`` path of a top-level field.
+
+    Spark's path syntax has no escapes: a backslash is taken verbatim and a quote always ends
+    the name, so the name goes inside whichever quotes it does not contain, or after a dot.
+    """
+    if "'" not in field:
+        return f"$['{field}']"
+    if '"' not in field:
+        return f'$["{field}"]'
+    if "." not in field and "[" not in field:
+        return f"$.{field}"
+    msg = f"field name {field!r} cannot be addressed in a Spark variant path"
+    raise ValueError(msg)
 
 
 def _sql_str(text: str) -> str:
@@ -58,45 +73,55 @@ def classify(
     Returns:
         Columns ``raw_value`` (string), ``topic``, ``partition``, ``offset``, ``key``,
         ``ts_ms`` (long), ``value`` (double), ``reason`` (null when accepted-format).
+
+    Raises:
+        ValueError: a field name contains both quote characters and a ``.`` or ``[``, which
+            Spark's variant path syntax cannot express.
     """
+    kp, tp, vp = (_sql_str(_path(f)) for f in (key_field, ts_field, value_field))
+    kq, tq, vq = (_sql_str(f"'{f}'") for f in (key_field, ts_field, value_field))
     df = raw.select(
         F.col("value").cast("string").alias("raw_value"),
         F.col("topic"),
         F.col("partition"),
         F.col("offset"),
     ).withColumn("_v", F.expr("try_parse_json(raw_value)"))
-
-    def vtype(field: str) -> Column:
-        return F.expr(f"schema_of_variant(variant_get(_v, {_sql_str(_path(field))}))")
-
+    # What the fast path reads, computed once per row: the reason and the output columns reuse
+    # these instead of looking the fields up again (each typed read costs a cast per row).
     df = df.select(
         "*",
-        F.expr("schema_of_variant(_v)").alias("_t"),
-        vtype(key_field).alias("_tk"),
-        vtype(ts_field).alias("_tt"),
-        vtype(value_field).alias("_tv"),
+        F.expr(f"schema_of_variant(variant_get(_v, {kp}))").alias("_tk"),
+        F.expr(f"schema_of_variant(variant_get(_v, {tp}))").alias("_tt"),
+        F.expr(f"try_variant_get(_v, {tp}, 'bigint')").alias("_ts"),
+        F.expr(f"try_variant_get(_v, {vp}, 'double')").alias("_val"),
+        *([F.expr(f"schema_of_variant(variant_get(_v, {vp}))").alias("_tv")]
+          if value_required else []),
     )
-    kq, tq, vq = (_sql_str(f"'{f}'") for f in (key_field, ts_field, value_field))
     ints = ", ".join(_sql_str(t) for t in INTEGER_TYPES)
-    ts_dec = f"try_variant_get(_v, {_sql_str(_path(ts_field))}, 'decimal(38,0)')"
+    ts_dec = f"try_variant_get(_v, {tp}, 'decimal(38,0)')"
     is_int = f"(_tt IN ({ints}) OR (_tt LIKE 'DECIMAL(%,0)'))"
     is_num = f"(_tv IN ({ints}, 'FLOAT', 'DOUBLE') OR _tv LIKE 'DECIMAL(%')"
-    val = f"try_variant_get(_v, {_sql_str(_path(value_field))}, 'double')"
-    value_checks = (
-        f"""
+    finite = "(NOT isnan(_val) AND abs(_val) <> double('infinity'))"
+    # A key lookup on anything but an object is NULL, so a STRING key already proves the value
+    # is a JSON object; an integer-typed ts is exact as a bigint, so no decimal is needed.
+    fast = f"_tk = 'STRING' AND _tt IN ({ints}) AND _ts >= 0 AND _ts < {_MAX_TS}"
+    value_checks = ""
+    if value_required:
+        fast += f" AND {is_num} AND {finite}"
+        value_checks = f"""
         WHEN _tv IS NULL THEN concat('missing field ', {vq})
         WHEN _tv = 'VOID' THEN concat('field ', {vq}, ' is null')
         WHEN NOT {is_num} THEN concat('field ', {vq}, ' must be a number, got ', _tv)
-        WHEN {val} IS NULL OR isnan({val}) OR abs({val}) = double('infinity')
-          THEN concat('field ', {vq}, ' is not a finite number')"""
-        if value_required
-        else ""
-    )
+        WHEN _val IS NULL OR NOT {finite} THEN concat('field ', {vq}, ' is not a finite number')"""
+    # CASE evaluates a branch only when the earlier ones failed: the whole-value schema and the
+    # decimal range check below run for rejected (and rare odd-but-valid) records only.
     reason = f"""CASE
+        WHEN {fast} THEN NULL
         WHEN raw_value IS NULL OR trim(raw_value) = '' THEN 'empty value'
         WHEN _v IS NULL THEN 'invalid JSON'
-        WHEN _t NOT LIKE 'OBJECT%' THEN concat('value is a JSON ',
-             lower(regexp_extract(_t, '^([A-Z]+)', 1)), ', expected an object')
+        WHEN _tk IS NULL AND schema_of_variant(_v) NOT LIKE 'OBJECT%' THEN concat(
+             'value is a JSON ', lower(regexp_extract(schema_of_variant(_v), '^([A-Z]+)', 1)),
+             ', expected an object')
         WHEN _tk IS NULL THEN concat('missing field ', {kq})
         WHEN _tk = 'VOID' THEN concat('field ', {kq}, ' is null')
         WHEN _tk <> 'STRING' THEN concat('field ', {kq}, ' must be a string, got ', _tk)
@@ -105,31 +130,21 @@ def classify(
         WHEN NOT {is_int} THEN concat('field ', {tq}, ' must be an integer (epoch ms), got ', _tt)
         WHEN {ts_dec} IS NULL OR {ts_dec} < 0 OR {ts_dec} >= {_MAX_TS}
           THEN concat('field ', {tq}, ' is out of range [0, 2^53): ',
-                      variant_get(_v, {_sql_str(_path(ts_field))}, 'string'))
+                      variant_get(_v, {tp}, 'string'))
         {value_checks}
         ELSE NULL END"""
-    ok = "reason IS NULL"
+    ok = F.col("reason").isNull()
     return df.select(
-        "raw_value",
-        "topic",
-        "partition",
-        "offset",
-        F.expr(reason).alias("reason"),
-        "_v",
+        "raw_value", "topic", "partition", "offset", F.expr(reason).alias("reason"),
+        "_v", "_ts", "_val",
     ).select(
         "raw_value",
         "topic",
         "partition",
         "offset",
         "reason",
-        F.expr(
-            f"CASE WHEN {ok} THEN variant_get(_v, {_sql_str(_path(key_field))}, 'string') END"
-        ).alias("key"),
-        F.expr(
-            f"CASE WHEN {ok} THEN variant_get(_v, {_sql_str(_path(ts_field))}, 'bigint') END"
-        ).alias("ts_ms"),
-        F.expr(
-            f"CASE WHEN {ok} THEN coalesce("
-            f"try_variant_get(_v, {_sql_str(_path(value_field))}, 'double'), 0D) END"
-        ).alias("value"),
+        F.when(ok, F.expr(f"variant_get(_v, {kp}, 'string')")).alias("key"),
+        # An accepted ts is an integer in [0, 2**53), which the bigint read gives exactly.
+        F.when(ok, F.col("_ts")).alias("ts_ms"),
+        F.when(ok, F.coalesce(F.col("_val"), F.lit(0.0))).alias("value"),
     )

@@ -1,0 +1,192 @@
+"""``revise.spark.parse.classify`` on a real Spark session: exact reasons and parsed fields.
+
+The rows are shaped like Spark's Kafka source (``value`` binary, ``topic``, ``partition``,
+``offset``). The expected reasons were recorded from the implementation before its fast path
+was added and are frozen here, so the fast path cannot change any output. The exceptions are
+field names with a single quote or a backslash, which that implementation could not look up
+(a Spark error, resp. always "missing field"); their expectations follow the same rules.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from revise.spark.parse import classify
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark]
+
+SCHEMA = "value BINARY, topic STRING, partition INT, offset BIGINT"
+COLUMNS = ["raw_value", "topic", "partition", "offset", "reason", "key", "ts_ms", "value"]
+
+Expected = tuple[str | None, str | None, int | None, float | None]
+
+
+def _rec(key: Any = "a", ts: Any = 1, value: Any = 1.5, **extra: Any) -> bytes:
+    """A JSON object with the default field names; ``...`` leaves a field out."""
+    fields = {"key": key, "ts": ts, "value": value, **extra}
+    return json.dumps({k: v for k, v in fields.items() if v is not ...}).encode()
+
+
+def _ok(key: str, ts: int, value: float) -> Expected:
+    return (None, key, ts, value)
+
+
+def _bad(reason: str) -> Expected:
+    return (reason, None, None, None)
+
+
+TS_INT = "field 'ts' must be an integer (epoch ms), got "
+TS_RANGE = "field 'ts' is out of range [0, 2^53): "
+
+DEFAULT_CASES: dict[str, tuple[bytes | None, Expected]] = {
+    "good": (b'{"key":"user-000123","ts":1700000000123,"value":12.5}',
+             _ok("user-000123", 1700000000123, 12.5)),
+    "good ts 12.0": (b'{"key":"a","ts":12.0,"value":1}', _ok("a", 12, 1.0)),
+    "good ts 0": (_rec(ts=0, value=-3.25), _ok("a", 0, -3.25)),
+    "good ts 2^53-1": (_rec(ts=2**53 - 1), _ok("a", 2**53 - 1, 1.5)),
+    "good negative value": (_rec(value=-7), _ok("a", 1, -7.0)),
+    "good huge integer value": (b'{"key":"a","ts":1,"value":123456789012345678901234567890}',
+                                _ok("a", 1, 1.2345678901234568e29)),
+    "good value underflows to 0": (b'{"key":"a","ts":1,"value":1e-400}', _ok("a", 1, 0.0)),
+    "good extra fields, spaces": (b' {"x":[1,{"y":null}],"key":"","ts":5,"value":2} ',
+                                  _ok("", 5, 2.0)),
+    "good non-ascii key": ('{"key":"h\\u00e9 \u20ac","ts":1,"value":1}'.encode(),
+                           _ok("h\u00e9 \u20ac", 1, 1.0)),
+    "invalid JSON": (b'{"key":"a",', _bad("invalid JSON")),
+    "not JSON": (b"not json", _bad("invalid JSON")),
+    "NaN literal": (b'{"key":"a","ts":1,"value":NaN}', _bad("invalid JSON")),
+    "duplicate key": (b'{"key":"a","key":"b","ts":1,"value":1}', _bad("invalid JSON")),
+    "empty value": (b"", _bad("empty value")),
+    "spaces only": (b"   ", _bad("empty value")),
+    # trim() strips spaces only, so other whitespace reaches the JSON parser.
+    "tab/newline only": (b" \t\n ", _bad("invalid JSON")),
+    "null value": (None, _bad("empty value")),
+    "array": (b"[1,2]", _bad("value is a JSON array, expected an object")),
+    "array of objects": (b'[{"key":"a","ts":1,"value":1}]',
+                         _bad("value is a JSON array, expected an object")),
+    "string": (b'"hello"', _bad("value is a JSON string, expected an object")),
+    "integer": (b"12", _bad("value is a JSON bigint, expected an object")),
+    "decimal": (b"12.5", _bad("value is a JSON decimal, expected an object")),
+    "boolean": (b"true", _bad("value is a JSON boolean, expected an object")),
+    "JSON null": (b"null", _bad("value is a JSON void, expected an object")),
+    "empty object": (b"{}", _bad("missing field 'key'")),
+    "missing key": (_rec(key=...), _bad("missing field 'key'")),
+    "null key": (_rec(key=None), _bad("field 'key' is null")),
+    "numeric key": (_rec(key=123), _bad("field 'key' must be a string, got BIGINT")),
+    "decimal key": (_rec(key=1.5), _bad("field 'key' must be a string, got DECIMAL(2,1)")),
+    "boolean key": (_rec(key=True), _bad("field 'key' must be a string, got BOOLEAN")),
+    "object key": (_rec(key={"a": 1}),
+                   _bad("field 'key' must be a string, got OBJECT<a: BIGINT>")),
+    "missing ts": (_rec(ts=...), _bad("missing field 'ts'")),
+    "null ts": (_rec(ts=None), _bad("field 'ts' is null")),
+    "string ts": (_rec(ts="12"), _bad(TS_INT + "STRING")),
+    "boolean ts": (_rec(ts=False), _bad(TS_INT + "BOOLEAN")),
+    "array ts": (_rec(ts=[1]), _bad(TS_INT + "ARRAY<BIGINT>")),
+    "fractional ts": (_rec(ts=12.5), _bad(TS_INT + "DECIMAL(3,1)")),
+    "exponent ts 1e3": (b'{"key":"a","ts":1e3,"value":1}', _bad(TS_INT + "DOUBLE")),
+    "huge ts 1e30": (b'{"key":"a","ts":1e30,"value":1}', _bad(TS_INT + "DOUBLE")),
+    "negative ts": (_rec(ts=-5), _bad(TS_RANGE + "-5")),
+    "negative ts -5.0": (b'{"key":"a","ts":-5.0,"value":1}', _bad(TS_RANGE + "-5")),
+    "ts 2^53": (_rec(ts=2**53), _bad(TS_RANGE + "9007199254740992")),
+    "ts 2^63": (_rec(ts=2**63), _bad(TS_RANGE + "9223372036854775808")),
+    "ts 10^30 integer": (_rec(ts=10**30), _bad(TS_RANGE + "1" + "0" * 30)),
+    "missing value": (_rec(value=...), _bad("missing field 'value'")),
+    "null value field": (_rec(value=None), _bad("field 'value' is null")),
+    "string value": (_rec(value="12.5"), _bad("field 'value' must be a number, got STRING")),
+    "boolean value": (_rec(value=True), _bad("field 'value' must be a number, got BOOLEAN")),
+    "array value": (_rec(value=[]), _bad("field 'value' must be a number, got ARRAY<VOID>")),
+    "value 1e400": (b'{"key":"a","ts":1,"value":1e400}',
+                    _bad("field 'value' is not a finite number")),
+    "value -1e400": (b'{"key":"a","ts":1,"value":-1e400}',
+                     _bad("field 'value' is not a finite number")),
+    "first failing field wins": (_rec(key=1, ts="x", value=...),
+                                 _bad("field 'key' must be a string, got BIGINT")),
+}
+
+# With value_required=False the value field is ignored: missing, null or non-numeric is 0.0.
+NO_VALUE_CASES: dict[str, tuple[bytes | None, Expected]] = {
+    "missing value": (_rec(value=...), _ok("a", 1, 0.0)),
+    "null value field": (_rec(value=None), _ok("a", 1, 0.0)),
+    "string value": (_rec(value="x"), _ok("a", 1, 0.0)),
+    "number value": (_rec(value=2.5), _ok("a", 1, 2.5)),
+    "value 1e400": (b'{"key":"a","ts":1,"value":1e400}', _ok("a", 1, float("inf"))),
+    "string ts": (_rec(ts="1", value=...), _bad(TS_INT + "STRING")),
+}
+
+CUSTOM = {"key_field": "user.id", "ts_field": "$t", "value_field": "v[0]"}
+CUSTOM_CASES: dict[str, tuple[bytes | None, Expected]] = {
+    "good": (b'{"user.id":"u","$t":5,"v[0]":1.5}', _ok("u", 5, 1.5)),
+    "default names are not used": (b'{"key":"u","ts":5,"value":1.5}',
+                                   _bad("missing field 'user.id'")),
+    "a dot is not a nested path": (b'{"user":{"id":"u"},"$t":5,"v[0]":1.5}',
+                                   _bad("missing field 'user.id'")),
+    "bad ts": (b'{"user.id":"u","$t":-1,"v[0]":1.5}',
+               _bad("field '$t' is out of range [0, 2^53): -1")),
+    "bad value": (b'{"user.id":"u","$t":5,"v[0]":null}', _bad("field 'v[0]' is null")),
+}
+
+QUOTED = {"key_field": "k'ey", "ts_field": 'ts"x', "value_field": "v\\al.ue"}
+QUOTED_CASES: dict[str, tuple[bytes | None, Expected]] = {
+    "good": (json.dumps({"k'ey": "a", 'ts"x': 5, "v\\al.ue": 1.5}).encode(), _ok("a", 5, 1.5)),
+    "missing key": (json.dumps({'ts"x': 5, "v\\al.ue": 1.5}).encode(),
+                    _bad("missing field 'k'ey'")),
+    "null key": (json.dumps({"k'ey": None, 'ts"x': 5, "v\\al.ue": 1.5}).encode(),
+                 _bad("field 'k'ey' is null")),
+    "missing ts": (json.dumps({"k'ey": "a", "v\\al.ue": 1.5}).encode(),
+                   _bad("missing field 'ts\"x'")),
+    "string value": (json.dumps({"k'ey": "a", 'ts"x': 5, "v\\al.ue": "z"}).encode(),
+                     _bad("field 'v\\al.ue' must be a number, got STRING")),
+}
+
+BOTH_QUOTES = {"key_field": "x'y\"z"}
+BOTH_QUOTES_CASES: dict[str, tuple[bytes | None, Expected]] = {
+    "good": (json.dumps({"x'y\"z": "a", "ts": 1, "value": 1}).encode(), _ok("a", 1, 1.0)),
+    "missing key": (_rec(key=...), _bad("missing field 'x'y\"z'")),
+}
+
+GROUPS = {
+    "defaults": ({}, DEFAULT_CASES),
+    "value not required": ({"value_required": False}, NO_VALUE_CASES),
+    "custom field names": (CUSTOM, CUSTOM_CASES),
+    "quotes and backslash in field names": (QUOTED, QUOTED_CASES),
+    "both quotes in a field name": (BOTH_QUOTES, BOTH_QUOTES_CASES),
+}
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_classify_reasons_and_fields(spark: SparkSession, group: str) -> None:
+    options, cases = GROUPS[group]
+    names = list(cases)
+    raw = spark.createDataFrame(
+        [(value, "in", i % 3, i) for i, (value, _) in enumerate(cases.values())], SCHEMA
+    )
+    out = classify(raw, **options)
+    assert out.columns == COLUMNS
+    assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields] == [
+        ("raw_value", "string"), ("topic", "string"), ("partition", "int"),
+        ("offset", "bigint"), ("reason", "string"), ("key", "string"), ("ts_ms", "bigint"),
+        ("value", "double"),
+    ]
+    rows = {r["offset"]: r for r in out.collect()}
+    assert sorted(rows) == list(range(len(names)))
+    got = {names[i]: (r["reason"], r["key"], r["ts_ms"], r["value"]) for i, r in rows.items()}
+    want = {name: expected for name, (_, expected) in cases.items()}
+    wrong = [n for n in names if got[n] != want[n]]
+    assert {n: got[n] for n in wrong} == {n: want[n] for n in wrong}
+    for i, (value, _) in enumerate(cases.values()):
+        row = rows[i]
+        assert (row["raw_value"], row["topic"], row["partition"]) == (
+            None if value is None else value.decode(), "in", i % 3,
+        )
+
+
+def test_unaddressable_field_name_is_rejected(spark: SparkSession) -> None:
+    raw = spark.createDataFrame([], SCHEMA)
+    with pytest.raises(ValueError, match="variant path"):
+        classify(raw, key_field="a'b\".c")
