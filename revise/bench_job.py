@@ -123,6 +123,8 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
         "revisions": result.revisions,
         "kafka_commit_s": round(result.kafka_seconds, 1),
         "delta_write_s": round(result.delta_seconds, 1),
+        "collect_s": round(result.collect_seconds, 1),
+        "delta_tables_s": {k: round(v, 1) for k, v in result.delta_table_seconds.items()},
     }
 
 

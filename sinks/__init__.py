@@ -1,21 +1,17 @@
 """Outputs of revise: the transactional Kafka changelog and the Delta Lake tables.
 
-Guarantees (SPEC §5):
+Both are written by the job's driver from one micro-batch held as Arrow tables, Kafka first:
 
-- **The changelog is transactional.** Each micro-batch's revisions, too-late records, dead
-  letters and a progress marker ``(query_id, batch_id)`` are written in one Kafka transaction
-  by a producer whose ``transactional.id`` is ``revise-<query_id>``. A ``read_committed``
-  consumer sees every revision exactly once, across crashes, restarts and zombie instances (a
-  new instance fences the old one), and the revisions of one window in increasing order (one
-  window = one key = one partition). A batch whose marker is already committed is skipped.
-- **The Delta tables are idempotent on replay.** ``revisions``, ``late`` and ``dead_letter``
-  are appended with Delta's idempotent writes (``txnAppId`` = the query, ``txnVersion`` = the
-  batch id); ``latest`` is MERGEd under the same transaction identifiers and only ever accepts a
-  higher revision of a window. Replaying a micro-batch changes nothing in any table.
+- :mod:`sinks.kafka_changelog` — one Kafka transaction per micro-batch (revisions, too-late
+  records, dead letters and a progress marker), ``transactional.id`` = ``revise-<query_id>``;
+  a batch whose marker is committed is skipped on replay.
+- :mod:`sinks.delta_tables` — the tables ``revisions``, ``latest``, ``late``, ``dead_letter``
+  written by delta-rs, each write tagged with the app transaction (query, batch) so a replay
+  changes nothing; the SQL views over them (read by Spark).
 
-This is the only package that imports ``confluent_kafka`` and ``delta``; it knows revise's record
-types (:mod:`revise.records`) and nothing else of it. The Delta module is imported lazily so the
-changelog can be used without Spark.
+Each module's docstring states its guarantee and how it holds. This is the only package that
+imports ``confluent_kafka`` and ``deltalake`` for writing; it knows revise's record types
+(:mod:`revise.records`) and nothing else of it. The Delta module is imported lazily.
 """
 
 from __future__ import annotations

@@ -8,17 +8,26 @@ Under one ``path``::
     late/         too-late records (SPEC §6 late fields + query_id), append-only
     dead_letter/  bad input (raw_value, reason, topic, partition, offset, batch_id + query_id)
 
+Who writes: the job's driver, from the micro-batch it already holds as Arrow tables (it
+produced the same tables to Kafka), through delta-rs (the ``deltalake`` package). A Spark
+Delta write costs several Spark jobs and about 3 s (append) or 12 s (MERGE) per 500k rows on
+two cores; delta-rs does the same in 0.5 s and 1 s (docs/BENCHMARKS.md). Spark reads the
+tables (views, ``revise query``, time travel) as any Delta table: they are plain Delta
+(reader 1 / writer 2) tables.
+
 Guarantee: **replaying a micro-batch changes nothing.** Every write of batch ``b`` of query
-``q`` is a Delta transaction tagged ``txnAppId = revise-<q>``, ``txnVersion = b`` (appends via
-the writer options, the MERGE via ``spark.databricks.delta.write.txnAppId/txnVersion``, which
-Delta 4.4 honours for MERGE — pinned by a test). Delta keeps the highest version per app id in
-each table's own log and silently skips a write whose version is not higher: no new commit, no
-data change. The MERGE into ``latest`` is also idempotent by itself: it only replaces a row with a
-strictly higher revision, so a replay of the same revisions matches and changes nothing.
+``q`` is a Delta transaction carrying the application transaction ``(appId = revise-<q>,
+version = b)`` in the table's own log. Before writing, the table's recorded version for that
+app id is read from a fresh snapshot; a write whose ``b`` is not higher is skipped (no commit,
+no data change). If another writer commits the same app id between that read and the commit
+(a zombie instance replaying the same batch), Delta's conflict check fails the commit
+(``Concurrent transaction``); the write is then re-read and found done. The MERGE into
+``latest`` is also idempotent by itself: it only replaces a row with a strictly higher
+revision, so a replay of the same revisions changes nothing.
 
 Trace (tumbling 10 s, window ``[0, 10000)`` of key ``a``): batch 3 writes rev 0 (EARLY) →
 ``latest`` holds rev 0; batch 5 writes rev 1 (LATE) → rev 1 replaces it; batch 5 replayed →
-skipped (txnVersion 5 ≤ 5); a stray rev 0 → ignored (0 < 1).
+skipped (app version 5 ≤ 5); a stray rev 0 → ignored (0 < 1).
 """
 
 from __future__ import annotations
@@ -29,18 +38,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+import numpy as np
 import pyarrow as pa
-from delta.tables import DeltaTable
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StringType, StructField, StructType
-from pyspark.sql.window import Window
+import pyarrow.compute as pc
 
 from revise.errors import ReviseError
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from deltalake import DeltaTable as RustDeltaTable
+    from deltalake.transaction import CommitProperties
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "TABLE_NAMES",
@@ -49,6 +58,7 @@ __all__ = [
     "DeltaTables",
     "DeltaWriteError",
     "WriteTimings",
+    "arrow_schema",
     "register_views",
     "table_schema",
     "view_sql",
@@ -58,7 +68,7 @@ TABLE_NAMES: Final = ("revisions", "latest", "late", "dead_letter")
 WINDOW_ID: Final = ("query_id", "key", "window_start_ms", "window_end_ms")
 """The identity of a window in ``latest`` (and the MERGE key)."""
 
-_APPEND_ONLY: Final = {"delta.appendOnly": "true"}
+_APPEND_ONLY: Final = {"delta.appendOnly": "true", "delta.checkpointInterval": "20"}
 _PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
     # History tables only ever grow: Delta rejects UPDATE/DELETE/MERGE on them.
     "revisions": _APPEND_ONLY,
@@ -67,6 +77,8 @@ _PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
     # Many small MERGE commits: checkpoint the log often so snapshots stay cheap to load.
     "latest": {"delta.checkpointInterval": "10"},
 }
+COMPACT_LATEST_EVERY: Final = 50
+"""Compact ``latest``'s small files after this many MERGEs (each MERGE adds a few files)."""
 
 # view name → (table, filter)
 _VIEWS: Final[Mapping[str, tuple[str, str | None]]] = {
@@ -88,21 +100,27 @@ class DeltaWriteError(ReviseError, RuntimeError):
     """A Delta write of a micro-batch failed (the batch is safe to replay)."""
 
 
-def _with_query_id(schema: pa.Schema) -> StructType:
-    base = from_arrow_schema(schema)
-    return StructType([StructField("query_id", StringType(), False), *base.fields])
+def _with_query_id(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field("query_id", pa.string(), nullable=False), *schema])
 
 
-def table_schema(table: str) -> StructType:
-    """The Spark schema of one of :data:`TABLE_NAMES`."""
+def arrow_schema(table: str) -> pa.Schema:
+    """The Arrow schema of one of :data:`TABLE_NAMES` (the SPEC fields, + ``query_id``)."""
     if table in ("revisions", "latest"):
-        return from_arrow_schema(REVISION_SCHEMA)
+        return REVISION_SCHEMA
     if table == "late":
         return _with_query_id(LATE_SCHEMA)
     if table == "dead_letter":
         return _with_query_id(DEAD_LETTER_SCHEMA)
     msg = f"unknown Delta table {table!r}; expected one of {TABLE_NAMES}"
     raise ValueError(msg)
+
+
+def table_schema(table: str) -> StructType:
+    """The Spark schema of one of :data:`TABLE_NAMES` (what Spark reads back)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema(table))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +135,21 @@ class WriteTimings:
 
 
 class DeltaTables:
-    """The four Delta tables of revise under one path, written idempotently per micro-batch."""
+    """The four Delta tables of revise under one path, written idempotently per micro-batch.
 
-    def __init__(self, spark: SparkSession, path: str) -> None:
-        self.spark = spark
+    Args:
+        path: The Delta root (``--delta-path``): a local path, ``file://``, ``s3://``,
+            ``gs://`` or ``abfss://`` URI — anything delta-rs opens; the driver writes it.
+        storage_options: delta-rs storage options (credentials, endpoints); None reads them
+            from the environment (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``), as delta-rs does.
+    """
+
+    def __init__(self, path: str, *, storage_options: Mapping[str, str] | None = None) -> None:
         self.path = str(path).rstrip("/")
+        self.storage_options = dict(storage_options) if storage_options else None
         self.last_timings: WriteTimings | None = None
+        self._tables: dict[str, RustDeltaTable] = {}
+        self._merges = 0
 
     def table_path(self, table: str) -> str:
         """``<path>/<table>``."""
@@ -132,35 +159,39 @@ class DeltaTables:
         """Create the tables that are missing, with explicit schemas and properties.
 
         ``latest`` is created last so every other table exists at any of its commit times
-        (used by time travel in :func:`register_views`).
+        (used by time travel in :func:`register_views`). An existing table is left as it is.
         """
+        from deltalake import DeltaTable
+
         for table in ("revisions", "late", "dead_letter", "latest"):
-            builder = (
-                DeltaTable.createIfNotExists(self.spark)
-                .location(self.table_path(table))
-                .addColumns(table_schema(table))
+            if DeltaTable.is_deltatable(self.table_path(table), self.storage_options):
+                continue
+            DeltaTable.create(
+                self.table_path(table),
+                schema=arrow_schema(table),
+                mode="ignore",
+                name=table,
+                configuration=dict(_PROPERTIES[table]),
+                storage_options=self.storage_options,
             )
-            for k, v in _PROPERTIES[table].items():
-                builder = builder.property(k, v)
-            builder.execute()
         return self
 
     def write_batch(
         self,
         query_id: str,
         batch_id: int,
-        revisions: DataFrame,
-        late: DataFrame,
-        dead_letters: DataFrame,
+        revisions: pa.Table,
+        late: pa.Table,
+        dead_letters: pa.Table,
         *,
         after_table: Callable[[str], None] | None = None,
     ) -> None:
         """Write one micro-batch to the four tables; a replay of the batch is a no-op.
 
-        Every write is a Delta transaction tagged ``(txnAppId="revise-<query_id>",
-        txnVersion=batch_id)``: Delta skips it (no commit) when that table's log already holds
-        this app id at ``batch_id`` or higher. Empty inputs are not written (a replay of the
-        same deterministic batch is empty too, so skipping keeps replays no-ops):
+        Every write is a Delta transaction tagged with the application transaction
+        ``(appId="revise-<query_id>", version=batch_id)`` and skipped when the table's log
+        already holds that app id at ``batch_id`` or higher. Empty inputs are not written (a
+        replay of the same deterministic batch is empty too, so skipping keeps replays no-ops):
 
         a. append ``revisions`` to ``revisions``;
         b. append ``late`` (+ ``query_id``) to ``late``;
@@ -172,16 +203,13 @@ class DeltaTables:
 
         Args:
             query_id: The job's stable id.
-            batch_id: The Spark micro-batch id (the Delta ``txnVersion``).
+            batch_id: The Spark micro-batch id (the Delta app transaction version).
             revisions: Revisions with the SPEC §4 columns (extra columns are dropped, types
                 cast to the table's).
             late: Too-late records with the SPEC §6 late columns.
             dead_letters: Dead letters with the SPEC §6 columns.
             after_table: Called with each table's name after its write (crash tests kill the
                 process between tables there).
-
-        Each DataFrame is evaluated up to three times: pass materialized ones (built from local
-        data, or persisted).
 
         Raises:
             DeltaWriteError: a write failed; the tables hold a prefix of the batch's writes and
@@ -196,23 +224,17 @@ class DeltaTables:
                 after_table(table)
 
         try:
-            qid = F.lit(query_id)
-            has_revisions = not revisions.isEmpty()  # one Spark job, shared by (a) and (d)
             # (a)(b)(c) idempotent appends
-            t["revisions"] = (
-                self._append("revisions", revisions, app_id, batch_id, nonempty=True)
-                if has_revisions
-                else 0.0
-            )
+            t["revisions"] = self._append("revisions", revisions, app_id, batch_id)
             done("revisions")
-            t["late"] = self._append("late", late.withColumn("query_id", qid), app_id, batch_id)
+            t["late"] = self._append("late", _add_query_id(late, query_id), app_id, batch_id)
             done("late")
             t["dead_letter"] = self._append(
-                "dead_letter", dead_letters.withColumn("query_id", qid), app_id, batch_id
+                "dead_letter", _add_query_id(dead_letters, query_id), app_id, batch_id
             )
             done("dead_letter")
-            # (d) MERGE into latest, same transaction identifiers
-            t["latest"] = self._merge_latest(revisions, app_id, batch_id) if has_revisions else 0.0
+            # (d) MERGE into latest, same app transaction
+            t["latest"] = self._merge_latest(revisions, app_id, batch_id)
             done("latest")
         except Exception as e:
             msg = (
@@ -226,57 +248,123 @@ class DeltaTables:
 
     # ---- helpers ---------------------------------------------------------------------------
 
-    def _conform(self, table: str, df: DataFrame) -> DataFrame:
-        return df.select(*[F.col(f.name).cast(f.dataType) for f in table_schema(table).fields])
+    def _table(self, table: str) -> RustDeltaTable:
+        """The table at its newest version (loaded once, then brought up to date)."""
+        from deltalake import DeltaTable
 
-    def _append(
-        self, table: str, df: DataFrame, app_id: str, batch_id: int, *, nonempty: bool = False
+        dt_ = self._tables.get(table)
+        if dt_ is None:
+            dt_ = DeltaTable(self.table_path(table), storage_options=self.storage_options)
+            self._tables[table] = dt_
+        else:
+            dt_.update_incremental()
+        return dt_
+
+    def _idempotent(
+        self,
+        table: str,
+        app_id: str,
+        batch_id: int,
+        write: Callable[[RustDeltaTable, CommitProperties], None],
     ) -> float:
-        t0 = time.perf_counter()
-        if not nonempty and df.isEmpty():
-            return 0.0
-        (
-            self._conform(table, df)
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", app_id)
-            .option("txnVersion", str(batch_id))
-            .save(self.table_path(table))
-        )
-        return time.perf_counter() - t0
+        """Run ``write`` as app transaction ``(app_id, batch_id)`` unless already committed.
 
-    def _merge_latest(self, revisions: DataFrame, app_id: str, batch_id: int) -> float:
+        Returns the seconds spent, 0.0 when skipped.
+        """
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import CommitProperties, Transaction
+
         t0 = time.perf_counter()
-        top = Window.partitionBy(*WINDOW_ID).orderBy(F.col("revision").desc())
-        source = (
-            self._conform("latest", revisions)
-            .withColumn("_rank", F.row_number().over(top))
-            .where("_rank = 1")
-            .drop("_rank")
+        for attempt in range(3):
+            target = self._table(table)
+            done = target.transaction_version(app_id)
+            if done is not None and done >= batch_id:
+                return 0.0
+            props = CommitProperties(app_transactions=[Transaction(app_id, batch_id)])
+            try:
+                write(target, props)
+                return time.perf_counter() - t0
+            except CommitFailedError:
+                # A concurrent commit won (perhaps this very batch, by a zombie): re-read.
+                self._tables.pop(table, None)
+                if attempt == 2:
+                    raise
+        return time.perf_counter() - t0  # pragma: no cover - the loop returns or raises
+
+    def _append(self, table: str, data: pa.Table, app_id: str, batch_id: int) -> float:
+        if data.num_rows == 0:
+            return 0.0
+        rows = _conform(data, arrow_schema(table))
+
+        def write(target: RustDeltaTable, props: CommitProperties) -> None:
+            from deltalake import write_deltalake
+
+            write_deltalake(target, rows, mode="append", commit_properties=props)
+
+        return self._idempotent(table, app_id, batch_id, write)
+
+    def _merge_latest(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:
+        if revisions.num_rows == 0:
+            return 0.0
+        source = highest_per_window(_conform(revisions, REVISION_SCHEMA))
+        starts = source.column("window_start_ms")
+        lo, hi = pc.min(starts).as_py(), pc.max(starts).as_py()
+        # The range bound lets delta-rs skip files of windows this batch cannot touch.
+        on = " AND ".join(f"t.{c} = s.{c}" for c in WINDOW_ID) + (
+            f" AND t.window_start_ms >= {int(lo)} AND t.window_start_ms <= {int(hi)}"
         )
-        on = " AND ".join(f"t.{c} = s.{c}" for c in WINDOW_ID)
-        merge = (
-            DeltaTable.forPath(self.spark, self.table_path("latest"))
-            .alias("t")
-            .merge(source.alias("s"), on)
-            .whenMatchedDelete(condition="s.revision > t.revision AND s.retracted")
-            .whenMatchedUpdateAll(condition="s.revision > t.revision")
-            .whenNotMatchedInsertAll(condition="NOT s.retracted")
-        )
-        conf = self.spark.conf
-        conf.set("spark.databricks.delta.write.txnAppId", app_id)
-        conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-        try:
-            merge.execute()
-        finally:
-            conf.unset("spark.databricks.delta.write.txnAppId")
-            conf.unset("spark.databricks.delta.write.txnVersion")
-        return time.perf_counter() - t0
+
+        def write(target: RustDeltaTable, props: CommitProperties) -> None:
+            (
+                target.merge(
+                    source, predicate=on, source_alias="s", target_alias="t",
+                    commit_properties=props,
+                )
+                .when_matched_delete(predicate="s.revision > t.revision AND s.retracted")
+                .when_matched_update_all(predicate="s.revision > t.revision")
+                .when_not_matched_insert_all(predicate="NOT s.retracted")
+                .execute()
+            )
+
+        took = self._idempotent("latest", app_id, batch_id, write)
+        if took:
+            self._merges += 1
+            if self._merges % COMPACT_LATEST_EVERY == 0:
+                self._table("latest").optimize.compact()
+        return took
 
     def version(self, table: str) -> int:
         """The current Delta version of one table."""
-        row = DeltaTable.forPath(self.spark, self.table_path(table)).history(1).first()
-        return int(row["version"]) if row is not None else -1
+        return int(self._table(table).version())
+
+
+def highest_per_window(revisions: pa.Table) -> pa.Table:
+    """One row per :data:`WINDOW_ID`: the one with the highest ``revision`` (first on ties)."""
+    if revisions.num_rows <= 1:
+        return revisions
+    order = pc.sort_indices(
+        revisions,
+        sort_keys=[*((c, "ascending") for c in WINDOW_ID), ("revision", "descending")],
+    )
+    ordered = revisions.take(order)
+    new_group = np.zeros(ordered.num_rows, dtype=bool)
+    new_group[0] = True
+    for c in WINDOW_ID:
+        col = ordered.column(c).combine_chunks()
+        differs = pc.not_equal(col.slice(1), col.slice(0, len(col) - 1))
+        new_group[1:] |= differs.to_numpy(zero_copy_only=False)
+    return ordered.filter(pa.array(new_group))
+
+
+def _add_query_id(table: pa.Table, query_id: str) -> pa.Table:
+    if "query_id" in table.column_names:
+        return table
+    return table.add_column(0, "query_id", pa.array([query_id] * table.num_rows, pa.string()))
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The schema's columns, in order, cast to its types (extra columns dropped)."""
+    return table.select(schema.names).cast(schema)
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,6 +443,9 @@ def register_views(
 
 
 def _versions_at_latest(spark: SparkSession, root: str, version: int) -> dict[str, int | None]:
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
     hist = DeltaTable.forPath(spark, f"{root}/latest").history()
     row = hist.where(F.col("version") == version).select("timestamp").first()
     if row is None:

@@ -24,7 +24,9 @@ The Delta writes are not in this module (see :mod:`sinks.delta_tables`).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final
@@ -422,12 +424,15 @@ class CommitResult:
         skipped: True when the batch was already committed (a replay) and nothing was written.
         messages: Messages produced, progress marker included (0 when skipped).
         seconds: Wall time of the whole call.
+        emitted_at_ms: The ``emitted_at_ms`` the committed batch carries: the one given, or,
+            when skipped, the one the earlier commit recorded in its marker (None if unknown).
     """
 
     batch_id: int
     skipped: bool
     messages: int
     seconds: float
+    emitted_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +445,7 @@ class Progress:
     late: int
     dead_letters: int
     committed_at_ms: int
+    emitted_at_ms: int | None = None
 
     def to_json(self) -> bytes:
         """The marker's JSON bytes."""
@@ -451,6 +457,7 @@ class Progress:
                 "late": self.late,
                 "dead_letters": self.dead_letters,
                 "committed_at_ms": self.committed_at_ms,
+                "emitted_at_ms": self.emitted_at_ms,
             }
         )
 
@@ -465,6 +472,7 @@ class Progress:
             late=int(o.get("late", 0)),
             dead_letters=int(o.get("dead_letters", 0)),
             committed_at_ms=int(o.get("committed_at_ms", 0)),
+            emitted_at_ms=None if o.get("emitted_at_ms") is None else int(o["emitted_at_ms"]),
         )
 
 
@@ -496,7 +504,7 @@ class TransactionalChangelog:
     def __init__(self, config: ChangelogConfig) -> None:
         self.config = config
         self._producer: Producer | None = None
-        self._last: int | None = None
+        self._last: Progress | None = None
         self._fenced = False
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -564,7 +572,7 @@ class TransactionalChangelog:
         None when nothing was committed yet, and always None when not transactional (no
         progress is tracked then).
         """
-        return self._last
+        return None if self._last is None else self._last.batch_id
 
     # ---- the commit ------------------------------------------------------------------------
 
@@ -575,6 +583,7 @@ class TransactionalChangelog:
         late: pa.Table,
         dead_letters: pa.Table,
         *,
+        emitted_at_ms: int | None = None,
         before_commit: Callable[[], None] | None = None,
     ) -> CommitResult:
         """Commit one micro-batch to Kafka, exactly once.
@@ -601,6 +610,8 @@ class TransactionalChangelog:
             revisions: Revisions (SPEC §4 fields) in emission order.
             late: Too-late records (SPEC §6 fields).
             dead_letters: Dead letters (SPEC §6 fields).
+            emitted_at_ms: The revisions' ``emitted_at_ms`` (recorded in the marker, so a
+                replay can stamp the same value into Delta).
             before_commit: Called between (4) and (5), inside the open transaction (crash
                 tests kill the process there).
 
@@ -620,15 +631,24 @@ class TransactionalChangelog:
         if self._fenced:
             raise self._fenced_error(None)
         # (1) a replay of a committed batch writes nothing
-        if cfg.transactional and self._last is not None and batch_id <= self._last:
-            return CommitResult(batch_id, True, 0, time.perf_counter() - t0)
-        # Encode before the transaction opens: a bad table never opens one.
-        rev_k, rev_v = encode_revisions(revisions)
-        late_k, late_v = encode_late(late) if cfg.late_topic else ([], [])
-        dead_k, dead_v = encode_dead_letters(dead_letters) if cfg.dead_letter_topic else ([], [])
+        last = self._last
+        if cfg.transactional and last is not None and batch_id <= last.batch_id:
+            known = last.emitted_at_ms if batch_id == last.batch_id else None
+            return CommitResult(batch_id, True, 0, time.perf_counter() - t0, known)
+        # Check before the transaction opens: a bad table never opens one.
+        _require(revisions, REVISION_SCHEMA, "revisions")
+        _require(late, LATE_SCHEMA, "late")
+        _require(dead_letters, DEAD_LETTER_SCHEMA, "dead-letter")
+        outputs: list[tuple[str, pa.Table, _Encoder]] = [
+            (cfg.changelog_topic, revisions, encode_revisions)
+        ]
+        if cfg.late_topic:
+            outputs.append((cfg.late_topic, late, encode_late))
+        if cfg.dead_letter_topic:
+            outputs.append((cfg.dead_letter_topic, dead_letters, encode_dead_letters))
         marker = Progress(
-            cfg.query_id, batch_id, len(rev_v), late.num_rows, dead_letters.num_rows,
-            int(time.time() * 1000),
+            cfg.query_id, batch_id, revisions.num_rows, late.num_rows, dead_letters.num_rows,
+            int(time.time() * 1000), emitted_at_ms,
         )
         begun = False
         try:
@@ -636,12 +656,13 @@ class TransactionalChangelog:
             if cfg.transactional:
                 p.begin_transaction()
                 begun = True
-            # (3) revisions, late records, dead letters
-            n = self._produce_all(p, cfg.changelog_topic, rev_k, rev_v)
-            if cfg.late_topic:
-                n += self._produce_all(p, cfg.late_topic, late_k, late_v)
-            if cfg.dead_letter_topic:
-                n += self._produce_all(p, cfg.dead_letter_topic, dead_k, dead_v)
+            # (3) revisions, late records, dead letters, encoded on a helper thread one chunk
+            # ahead of the producer (Arrow's kernels release the GIL)
+            n = 0
+            with ThreadPoolExecutor(1, thread_name_prefix="revise-encode") as pool:
+                for topic, table, encode in outputs:
+                    for keys, values in _encoded_chunks(pool, table, encode):
+                        n += self._produce_all(p, topic, keys, values)
             # (4) the progress marker
             n += self._produce_all(
                 p, cfg.progress_topic, [cfg.query_id.encode()], [marker.to_json()]
@@ -669,8 +690,8 @@ class TransactionalChangelog:
             )
             raise ChangelogCommitError(msg) from e
         if cfg.transactional:
-            self._last = batch_id
-        return CommitResult(batch_id, False, n, time.perf_counter() - t0)
+            self._last = marker
+        return CommitResult(batch_id, False, n, time.perf_counter() - t0, emitted_at_ms)
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -754,9 +775,9 @@ class TransactionalChangelog:
                 msg = f"cannot create progress topic {topic!r}: {err or e}"
                 raise ChangelogError(msg) from e
 
-    def _read_last_committed(self, timeout_s: float) -> int | None:
+    def _read_last_committed(self, timeout_s: float) -> Progress | None:
         key = self.config.query_id.encode()
-        last: int | None = None
+        last: Progress | None = None
         for m in _sorted(
             read_committed(
                 self.config.bootstrap_servers, self.config.progress_topic, timeout_s=timeout_s
@@ -765,8 +786,27 @@ class TransactionalChangelog:
             value = m.value()
             if m.key() == key and value is not None:
                 # The last marker in log order is the truth (batch ids only grow per query).
-                last = Progress.from_json(value).batch_id
+                last = Progress.from_json(value)
         return last
+
+
+_ENCODE_CHUNK_ROWS: Final = 50_000
+_Encoded = tuple[Sequence[bytes | None], Sequence[bytes]]
+_Encoder = Callable[[pa.Table], _Encoded]
+
+
+def _encoded_chunks(
+    pool: ThreadPoolExecutor, table: pa.Table, encode: _Encoder
+) -> Iterator[_Encoded]:
+    """``encode`` of consecutive slices of ``table``, in order, computed one slice ahead."""
+    starts = range(0, table.num_rows, _ENCODE_CHUNK_ROWS)
+    ahead: deque[Future[_Encoded]] = deque()
+    for start in starts:
+        ahead.append(pool.submit(encode, table.slice(start, _ENCODE_CHUNK_ROWS)))
+        if len(ahead) > 1:
+            yield ahead.popleft().result()
+    while ahead:
+        yield ahead.popleft().result()
 
 
 def _sorted(messages: list[Message]) -> Iterator[Message]:

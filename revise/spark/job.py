@@ -70,20 +70,21 @@ log = logging.getLogger("revise.job")
 
 CLOSE_ALL = "close_all"
 
-# The stateful operator's output: the union of revisions, too-late records and dead letters,
-# told apart by ``kind``.
-_OUTPUT_FIELDS: list[pa.Field] = [pa.field("kind", pa.string())]
-for _schema in (REVISION_SCHEMA, LATE_SCHEMA, DEAD_LETTER_SCHEMA):
-    for _f in _schema:
-        if _f.name not in {f.name for f in _OUTPUT_FIELDS}:
-            _OUTPUT_FIELDS.append(pa.field(_f.name, _f.type, nullable=True))
-OUTPUT_SCHEMA = pa.schema(_OUTPUT_FIELDS)
-
-_SPARK_TYPES = {
-    pa.string(): "STRING", pa.int64(): "BIGINT", pa.int32(): "INT",
-    pa.float64(): "DOUBLE", pa.bool_(): "BOOLEAN",
+# The stateful operator's output: per shard and micro-batch, one row per kind of output
+# (revision, late, dead) holding its rows as one Arrow IPC stream. Spark moves a few large
+# binary values instead of converting every revision row pandas → Arrow → Spark rows → Arrow
+# on the way to the driver, which collects them anyway (Kafka and Delta are written from there).
+KIND_SCHEMAS: dict[str, pa.Schema] = {
+    "revision": REVISION_SCHEMA,
+    "late": LATE_SCHEMA,
+    "dead": DEAD_LETTER_SCHEMA,
 }
-_OUTPUT_DDL = ", ".join(f"`{f.name}` {_SPARK_TYPES[f.type]}" for f in OUTPUT_SCHEMA)
+_OUTPUT_DDL = "kind STRING, rows BIGINT, payload BINARY"
+# The accepted records' columns, in InputBatch.from_arrays order, with their numpy types.
+_INPUT_COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("key", object), ("ts_ms", np.int64), ("value", np.float64), ("partition", np.int32),
+    ("offset", np.int64),
+)
 _STATE_DDL = "snapshot BINARY"
 
 
@@ -105,8 +106,10 @@ class JobResult:
     first_revision_s: float | None = None
     seconds: float = 0.0
     commit_seconds: float = 0.0
+    collect_seconds: float = 0.0
     kafka_seconds: float = 0.0
     delta_seconds: float = 0.0
+    delta_table_seconds: dict[str, float] = field(default_factory=dict)
     last_watermark_ms: int = 0
     stopped_by_signal: bool = False
     progress: list[dict[str, Any]] = field(default_factory=list)
@@ -195,37 +198,40 @@ def make_state_fn(
         watermark_ms = max(0, int(state.getCurrentWatermarkMs()))
         now_ms = int(state.getCurrentProcessingTimeMs())
         frames = [p for p in pdfs if len(p)]
-        rows = pd.concat(frames, ignore_index=True) if frames else None
         engine = Engine.build(engine_cfg, state.get[0] if state.exists else None)
-        outputs: list[pa.Table] = []
+        outputs: dict[str, list[pa.Table]] = {k: [] for k in KIND_SCHEMAS}
         close_all = False
-        if rows is not None:
-            command = rows["command"].notna().to_numpy()
+        batch = InputBatch.empty(topic)
+        if frames:
+            command = np.concatenate([f["command"].notna().to_numpy() for f in frames])
+            bad = np.concatenate([f["reason"].notna().to_numpy() for f in frames]) & ~command
             close_all = bool(command.any())
-            bad = rows["reason"].notna().to_numpy() & ~command
             good = ~bad & ~command
-            if bad.any():
-                outputs.append(_dead_letters(rows[bad], topic, batch_id))
-            g = rows[good]
+            if good.all():
+                # The usual case: numpy concatenation, cheaper than pd.concat + a mask.
+                columns = {
+                    name: np.concatenate([f[name].to_numpy(dtype=dtype) for f in frames])
+                    for name, dtype in _INPUT_COLUMNS
+                }
+            else:
+                rows = pd.concat(frames, ignore_index=True)
+                if bad.any():
+                    outputs["dead"].append(_dead_letters(rows[bad], topic, batch_id))
+                g = rows[good]  # bad rows have null ts/value: select before typing
+                columns = {name: g[name].to_numpy(dtype=dtype) for name, dtype in _INPUT_COLUMNS}
             batch = InputBatch.from_arrays(
-                g["key"].to_numpy(dtype=object),
-                g["ts_ms"].to_numpy(dtype=np.int64),
-                g["value"].to_numpy(dtype=np.float64),
-                g["partition"].to_numpy(dtype=np.int32),
-                g["offset"].to_numpy(dtype=np.int64),
-                topic=topic,
+                columns["key"], columns["ts_ms"], columns["value"], columns["partition"],
+                columns["offset"], topic=topic,
             )
-        else:
-            batch = InputBatch.empty(topic)
         out = engine.process(batch, watermark_ms=watermark_ms, batch_id=batch_id, now_ms=now_ms)
-        outputs.append(_tag(out.revisions.to_arrow(), "revision"))
-        outputs.append(_tag(out.late.to_arrow(), "late"))
+        outputs["revision"].append(out.revisions.to_arrow())
+        outputs["late"].append(out.late.to_arrow())
         if close_all:
             last = watermark_ms
             if out.max_accepted_ts_ms is not None:
                 last = max(last, out.max_accepted_ts_ms - engine_cfg.watermark_delay_ms)
             closed = engine.close_all(watermark_ms=last, batch_id=batch_id, now_ms=now_ms)
-            outputs.append(_tag(closed.revisions.to_arrow(), "revision"))
+            outputs["revision"].append(closed.revisions.to_arrow())
         if engine.open_windows:
             state.update((engine.snapshot(),))
             state.setTimeoutDuration(1)
@@ -235,43 +241,57 @@ def make_state_fn(
             state.update((engine.snapshot(),))
         elif state.exists:
             state.remove()
-        table = pa.concat_tables(
-            [t for t in outputs if t.num_rows], promote_options="default"
-        ) if any(t.num_rows for t in outputs) else None
-        if table is not None:
-            yield _conform(table).to_pandas()
+        chunks = [(kind, _ipc(pa.concat_tables(tables).cast(KIND_SCHEMAS[kind])))
+                  for kind, tables in outputs.items() if sum(t.num_rows for t in tables)]
+        if chunks:
+            yield pd.DataFrame({
+                "kind": [k for k, _ in chunks],
+                "rows": [n for _, (n, _b) in chunks],
+                "payload": [b for _, (_n, b) in chunks],
+            })
 
     return fn
 
 
-def _tag(table: pa.Table, kind: str) -> pa.Table:
-    return table.append_column("kind", pa.array([kind] * table.num_rows, pa.string()))
+def _ipc(table: pa.Table) -> tuple[int, bytes]:
+    """``(rows, Arrow IPC stream bytes)`` of one output table."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return table.num_rows, sink.getvalue().to_pybytes()
+
+
+def decode_output(collected: pa.Table) -> dict[str, pa.Table]:
+    """The stateful operator's collected chunks → one table per kind (empty ones included).
+
+    Chunks keep their order (the order Spark collected them in); rows inside a chunk keep the
+    engine's emission order, so one window's revisions of a batch stay in revision order.
+    """
+    parts: dict[str, list[pa.Table]] = {k: [] for k in KIND_SCHEMAS}
+    kinds = collected.column("kind").to_pylist()
+    payloads = collected.column("payload")
+    for i, kind in enumerate(kinds):
+        buf = payloads[i].as_buffer()
+        parts[kind].append(pa.ipc.open_stream(buf).read_all())
+    return {
+        k: pa.concat_tables(v) if v else KIND_SCHEMAS[k].empty_table()
+        for k, v in parts.items()
+    }
 
 
 def _dead_letters(rows: pd.DataFrame, topic: str, batch_id: int) -> pa.Table:
     n = len(rows)
     return pa.table(
         {
-            "kind": pa.array(["dead"] * n, pa.string()),
             "raw_value": pa.array(rows["raw_value"].tolist(), pa.string()),
             "reason": pa.array(rows["reason"].tolist(), pa.string()),
             "topic": pa.array([topic] * n, pa.string()),
             "partition": pa.array(rows["partition"].to_numpy(dtype=np.int32)),
             "offset": pa.array(rows["offset"].to_numpy(dtype=np.int64)),
             "batch_id": pa.array(np.full(n, batch_id, dtype=np.int64)),
-        }
+        },
+        schema=DEAD_LETTER_SCHEMA,
     )
-
-
-def _conform(table: pa.Table) -> pa.Table:
-    """Every output column, in order, with nulls where a kind lacks it."""
-    cols = []
-    for f in OUTPUT_SCHEMA:
-        if f.name in table.column_names:
-            cols.append(table.column(f.name).cast(f.type))
-        else:
-            cols.append(pa.nulls(table.num_rows, f.type))
-    return pa.Table.from_arrays(cols, schema=OUTPUT_SCHEMA)
 
 
 # --------------------------------------------------------------------------- the commit
@@ -331,90 +351,80 @@ class BatchCommitter:
 
         The sequence (the same numbers mark the code):
 
-        1. Compute the batch once (persisted) and collect it to the driver as Arrow; stamp
-           ``emitted_at_ms`` with the wall clock, once, so Kafka and Delta carry the same value.
+        1. Compute the batch and collect it to the driver (the stateful operator's Arrow
+           chunks, decoded into revisions, too-late records and dead letters); stamp
+           ``emitted_at_ms`` with the wall clock, once, so Kafka and Delta carry one value.
         2. Kafka, one transaction (``TransactionalChangelog.commit_batch``): skip if the
-           progress topic already holds this batch (a replay); else begin → produce revisions,
-           too-late records, dead letters → produce the progress marker (query_id, batch_id) →
-           commit. On any error the transaction is aborted and the error raised, which fails
-           the query loudly; a fenced producer (another instance took over this query id)
-           raises ``ProducerFencedError``.
-        3. Delta (``DeltaTables.write_batch``): append ``revisions``, ``late``,
-           ``dead_letter`` and MERGE ``latest``, each tagged (txnAppId=query, txnVersion=
-           batch_id) so a replayed batch is a no-op.
+           progress topic already holds this batch (a replay; the revisions are re-stamped with
+           the ``emitted_at_ms`` the committed marker carries, so Delta gets what Kafka has);
+           else begin → produce revisions, too-late records, dead letters → produce the
+           progress marker (query_id, batch_id, emitted_at_ms) → commit. On any error the
+           transaction is aborted and the error raised, which fails the query loudly; a fenced
+           producer (another instance took over this query id) raises ``ProducerFencedError``.
+        3. Delta (``DeltaTables.write_batch``, from the same Arrow tables): append
+           ``revisions``, ``late``, ``dead_letter`` and MERGE ``latest``, each tagged with the
+           app transaction (revise-<query_id>, batch_id) so a replayed batch is a no-op.
         4. Return: Spark records the batch in its commit log. A crash anywhere before this
            replays the batch with the same offsets and state, so the same revisions, and
            steps 2 and 3 turn the replay into no-ops where they already happened.
         """
-        from pyspark import StorageLevel
-        from pyspark.sql import functions as F
-
         t0 = time.monotonic()
-        # 1. compute once, collect, stamp
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            table = df.toArrow()
-            if table.num_rows == 0:
-                self._account(batch_id, table, None, t0, 0.0, 0.0)
-                return
+            # 1. compute, collect, decode, stamp
+            out = decode_output(df.toArrow())
+            self.result.collect_seconds += time.monotonic() - t0
             emitted_at = int(time.time() * 1000)
-            kind = table.column("kind")
-            revisions = _select(table, pc.equal(kind, "revision"), REVISION_SCHEMA, emitted_at)
-            late = _select(table, pc.equal(kind, "late"), LATE_SCHEMA)
-            dead = _select(table, pc.equal(kind, "dead"), DEAD_LETTER_SCHEMA)
+            revisions = _stamp(out["revision"], emitted_at)
+            late, dead = out["late"], out["dead"]
+            if not (revisions.num_rows or late.num_rows or dead.num_rows):
+                self._account(batch_id, out, None, t0, 0.0, 0.0)
+                return
             self._crash("before_kafka", batch_id)
             # 2. Kafka: one transaction, skipped when this batch is already committed
             tk = time.monotonic()
             committed = self.changelog.commit_batch(
-                batch_id, revisions, late, dead,
+                batch_id, revisions, late, dead, emitted_at_ms=emitted_at,
                 before_commit=lambda: self._crash("before_kafka_commit", batch_id),
             )
+            if committed.skipped and committed.emitted_at_ms is not None:
+                revisions = _stamp(revisions, committed.emitted_at_ms)
             kafka_s = time.monotonic() - tk
             self._crash("after_kafka", batch_id)
             # 3. Delta: idempotent per (query_id, batch_id)
             td = time.monotonic()
-
-            def part(k: str, schema: pa.Schema) -> DataFrame:
-                sel = df.filter(F.col("kind") == k).select(*schema.names)
-                if k == "revision":
-                    sel = sel.withColumn("emitted_at_ms", F.lit(emitted_at).cast("bigint"))
-                return sel
-
             self.tables.write_batch(
-                self.cfg.query_id,
-                batch_id,
-                part("revision", REVISION_SCHEMA),
-                part("late", LATE_SCHEMA),
-                part("dead", DEAD_LETTER_SCHEMA),
+                self.cfg.query_id, batch_id, revisions, late, dead,
                 after_table=lambda t: self._crash("during_delta", batch_id) if t == "revisions"
                 else None,
             )
             delta_s = time.monotonic() - td
+            timings = self.tables.last_timings
+            if timings is not None:
+                per = self.result.delta_table_seconds
+                for name in ("revisions", "late", "dead_letter", "latest"):
+                    per[name] = per.get(name, 0.0) + getattr(timings, name)
             self._crash("after_delta", batch_id)
-            self._account(batch_id, table, committed.skipped, t0, kafka_s, delta_s)
+            self._account(batch_id, out, committed.skipped, t0, kafka_s, delta_s)
         except BaseException as exc:
             self.error = exc
             raise
-        finally:
-            df.unpersist()
         # 4. return → Spark commits the batch
 
     def _account(
-        self, batch_id: int, table: pa.Table, skipped: bool | None, t0: float, kafka_s: float,
-        delta_s: float,
+        self, batch_id: int, out: dict[str, pa.Table], skipped: bool | None, t0: float,
+        kafka_s: float, delta_s: float,
     ) -> None:
         r = self.result
         r.batches += 1
         self.last_batch_id = batch_id
-        if table.num_rows:
-            kind = table.column("kind")
-            n_rev = pc.sum(pc.equal(kind, "revision")).as_py() or 0
-            r.revisions += n_rev
-            r.late += pc.sum(pc.equal(kind, "late")).as_py() or 0
-            r.dead_letters += pc.sum(pc.equal(kind, "dead")).as_py() or 0
-            if n_rev and r.first_revision_s is None:
+        revisions = out["revision"]
+        r.revisions += revisions.num_rows
+        r.late += out["late"].num_rows
+        r.dead_letters += out["dead"].num_rows
+        if revisions.num_rows:
+            if r.first_revision_s is None:
                 r.first_revision_s = time.monotonic() - self.started
-            wm = pc.max(table.column("watermark_ms")).as_py()
+            wm = pc.max(revisions.column("watermark_ms")).as_py()
             if wm is not None:
                 r.last_watermark_ms = max(r.last_watermark_ms, int(wm))
         if skipped:
@@ -424,16 +434,11 @@ class BatchCommitter:
         r.commit_seconds += time.monotonic() - t0
 
 
-def _select(
-    table: pa.Table, mask: pa.ChunkedArray, schema: pa.Schema, emitted_at: int | None = None
-) -> pa.Table:
-    sub = table.filter(mask).select(schema.names)
-    if emitted_at is not None:
-        i = sub.schema.get_field_index("emitted_at_ms")
-        sub = sub.set_column(
-            i, "emitted_at_ms", pa.array(np.full(sub.num_rows, emitted_at, dtype=np.int64))
-        )
-    return sub.cast(schema)
+def _stamp(revisions: pa.Table, emitted_at: int) -> pa.Table:
+    """``revisions`` with ``emitted_at_ms`` set to ``emitted_at`` on every row."""
+    i = revisions.schema.get_field_index("emitted_at_ms")
+    column = pa.array(np.full(revisions.num_rows, emitted_at, dtype=np.int64))
+    return revisions.set_column(i, revisions.schema.field(i), column)
 
 
 # --------------------------------------------------------------------------- running it
@@ -566,7 +571,7 @@ def run_job(
     spark = spark or spark_session(f"revise-{cfg.query_id}")
     control_dir = str(Path(cfg.checkpoint) / "control")
     Path(control_dir).mkdir(parents=True, exist_ok=True)
-    tables = DeltaTables(spark, cfg.delta_path).ensure()
+    tables = DeltaTables(cfg.delta_path).ensure()
     register_views(spark, cfg.delta_path)
     result = JobResult(cfg.query_id)
     changelog = TransactionalChangelog(ChangelogConfig(

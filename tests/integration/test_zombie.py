@@ -46,4 +46,4 @@ def test_a_woken_zombie_is_fenced_and_exactly_once_holds(job_setup, tmp_path):
     assert "revise run: failed:" in log, a.tail()
     assert "fenced" in log and "another instance" in log, a.tail()
 
-    check_run(setup, crashed=True)
+    check_run(setup)

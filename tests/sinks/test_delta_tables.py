@@ -1,4 +1,7 @@
-"""The Delta tables against real Spark + Delta: idempotent replays, the latest MERGE, views."""
+"""The Delta tables: written by delta-rs, read back by real Spark + Delta.
+
+Idempotent replays, a concurrent writer of the same batch, the latest MERGE, views.
+"""
 
 from __future__ import annotations
 
@@ -20,12 +23,11 @@ pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
 
 @pytest.fixture()
-def frames(spark):
-    """Spark DataFrames from revise records (revisions, late, dead letters)."""
+def frames():
+    """Arrow tables from revise records (revisions, late, dead letters)."""
 
     def df(records, schema):
-        return spark.createDataFrame(pa.Table.from_pylist([r.to_row() for r in records],
-                                                          schema=schema))
+        return pa.Table.from_pylist([r.to_row() for r in records], schema=schema)
 
     class Frames:
         def revisions(self, rows):
@@ -55,7 +57,7 @@ def _latest(spark, tables):
 
 
 def test_ensure_creates_the_tables_once(spark, delta_path):
-    tables = DeltaTables(spark, str(delta_path)).ensure()
+    tables = DeltaTables(str(delta_path)).ensure()
     tables.ensure()  # idempotent
     for t in TABLE_NAMES:
         assert DeltaTable.isDeltaTable(spark, tables.table_path(t))
@@ -68,7 +70,7 @@ def test_ensure_creates_the_tables_once(spark, delta_path):
 
 def test_write_batch_then_read_back(spark, delta_path, frames, make_revision, make_late,
                                     make_dead):
-    tables = DeltaTables(spark, str(delta_path)).ensure()
+    tables = DeltaTables(str(delta_path)).ensure()
     revs = [make_revision("a", 0, 10_000, 0), make_revision("b", 0, 10_000, 0, timing="FINAL")]
     tables.write_batch("q", 0, frames.revisions(revs), frames.late([make_late("a", 3)]),
                        frames.dead([make_dead("{x", offset=7)]))
@@ -86,7 +88,7 @@ def test_write_batch_then_read_back(spark, delta_path, frames, make_revision, ma
 
 def test_replaying_a_batch_changes_nothing(spark, delta_path, frames, make_revision, make_late,
                                            make_dead):
-    tables = DeltaTables(spark, str(delta_path)).ensure()
+    tables = DeltaTables(str(delta_path)).ensure()
 
     def batch(b):
         return (frames.revisions([make_revision(k, 0, 10_000, b, batch_id=b) for k in "abc"]),
@@ -108,8 +110,8 @@ def test_replaying_a_batch_changes_nothing(spark, delta_path, frames, make_revis
 def test_the_latest_merge_is_skipped_on_replay_even_with_other_content(
     spark, delta_path, frames, make_revision,
 ):
-    """Pins that Delta 4.4 applies txnAppId/txnVersion to MERGE (not only the rev condition)."""
-    tables = DeltaTables(spark, str(delta_path)).ensure()
+    """The MERGE is skipped by its app transaction, not only by the revision condition."""
+    tables = DeltaTables(str(delta_path)).ensure()
     tables.write_batch("q", 5, frames.revisions([make_revision("a", rev=0)]), frames.late(),
                        frames.dead())
     v = tables.version("latest")
@@ -123,10 +125,41 @@ def test_the_latest_merge_is_skipped_on_replay_even_with_other_content(
     assert _latest(spark, tables) == {("a", 0, 10_000): 1}
 
 
+def test_a_concurrent_writer_of_the_same_batch_loses_cleanly(
+    spark, delta_path, frames, make_revision, make_late, make_dead, monkeypatch,
+):
+    """A zombie and its successor both write batch 0: the loser's commit conflicts, re-reads
+    the log, finds the batch done and writes nothing."""
+    from deltalake import DeltaTable as RustDeltaTable
+
+    zombie = DeltaTables(str(delta_path)).ensure()
+    successor = DeltaTables(str(delta_path))
+    # The zombie read the tables before the successor wrote (its snapshots are stale).
+    stale = {t: RustDeltaTable(zombie.table_path(t)) for t in TABLE_NAMES}
+    revs = frames.revisions([make_revision(k, 0, 10_000, 0) for k in "ab"])
+    late, dead = frames.late([make_late("a", 3)]), frames.dead([make_dead("{x")])
+    successor.write_batch("q", 0, revs, late, dead)
+    handed: set[str] = set()
+    fresh = zombie._table
+
+    def stale_once(table: str):
+        if table not in handed:
+            handed.add(table)
+            return stale[table]
+        return fresh(table)
+
+    monkeypatch.setattr(zombie, "_table", stale_once)
+    zombie.write_batch("q", 0, revs, late, dead)
+    assert handed == {"revisions", "late", "dead_letter", "latest"}  # each began stale
+    for t, n in (("revisions", 2), ("latest", 2), ("late", 1), ("dead_letter", 1)):
+        assert spark.read.format("delta").load(zombie.table_path(t)).count() == n, t
+        assert successor.version(t) == 1, t  # created at 0, one commit: the successor's
+
+
 def test_latest_keeps_the_highest_revision_and_drops_retracted_bounds(
     spark, delta_path, frames, make_revision,
 ):
-    tables = DeltaTables(spark, str(delta_path)).ensure()
+    tables = DeltaTables(str(delta_path)).ensure()
     r = make_revision
     tables.write_batch("q", 0, frames.revisions([
         r("a", 0, 10_000, 0), r("s", 0, 3_000, 0),
@@ -149,7 +182,7 @@ def test_latest_keeps_the_highest_revision_and_drops_retracted_bounds(
 
 
 def test_views_and_time_travel(spark, delta_path, frames, make_revision, make_late, make_dead):
-    tables = DeltaTables(spark, str(delta_path)).ensure()
+    tables = DeltaTables(str(delta_path)).ensure()
     r = make_revision
     tables.write_batch("q", 0, frames.revisions([r("a", 0, 10_000, 0), r("b", 0, 10_000, 0)]),
                        frames.late(), frames.dead([make_dead()]))

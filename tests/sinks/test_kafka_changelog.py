@@ -236,11 +236,19 @@ def test_last_committed_batch_survives_a_new_instance(
                             progress_topic=cfg.progress_topic)
     with TransactionalChangelog(cfg) as log:
         for b in range(3):
-            log.commit_batch(b, rev_table([make_revision(rev=b)]), late_table(), dead_table())
+            log.commit_batch(b, rev_table([make_revision(rev=b)]), late_table(), dead_table(),
+                             emitted_at_ms=1_000 + b)
     with TransactionalChangelog(other) as log:  # another query sharing the progress topic
         log.commit_batch(9, rev_table([]), late_table(), dead_table())
     with TransactionalChangelog(cfg) as log:
         assert log.last_committed_batch == 2
+        # The replay of the last batch learns the emitted_at_ms its commit recorded, so the
+        # job stamps Delta with what Kafka holds; older batches' are not kept.
+        replay = log.commit_batch(2, rev_table([make_revision(rev=2)]), late_table(),
+                                  dead_table(), emitted_at_ms=5_000)
+        assert (replay.skipped, replay.emitted_at_ms) == (True, 1_002)
+        older = log.commit_batch(1, rev_table([]), late_table(), dead_table())
+        assert (older.skipped, older.emitted_at_ms) == (True, None)
     with TransactionalChangelog(other) as log:
         assert log.last_committed_batch == 9
 
