@@ -10,10 +10,13 @@ memory), one after the other on the same input:
 - ``spark-native``: Spark's own windowed aggregation (update mode, noop sink, same topic and
   micro-batch size, watermark delay = grace), the peer.
 
-For each: records/s over the whole query (first micro-batch included), records/s after the
-first micro-batch (Spark's warm-up), time to the first revision, seconds spent in the Kafka
-commit and the Delta writes, and the peak RSS of the process tree (driver JVM, Python driver
-and Python workers). Ratios are of figures measured side by side in the same run.
+For each: records/s over the whole run (revise: from ``run_job`` to its return, set-up
+included; native: from the query's start), records/s after the first micro-batch (Spark's
+warm-up), time to the first revision, seconds spent computing and collecting the micro-batches
+(``collect_s``), in the Kafka commit and in the Delta writes, and the peak RSS of the process
+tree (driver JVM, Python driver and Python workers). Ratios are of figures measured side by
+side in the same run; ``--repeat N`` runs N rounds of all variants round-robin and reports each
+variant's median run.
 """
 
 from __future__ import annotations
@@ -174,6 +177,7 @@ def _native(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             int(s.get("numRowsUpdated") or 0)
             for p in progress for s in (p.get("stateOperators") or [])
         ),
+        "collect_s": None,
         "kafka_commit_s": None,
         "delta_write_s": None,
     }
@@ -181,8 +185,8 @@ def _native(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def _table(rows: list[dict[str, Any]]) -> str:
     cols = ["variant", "records", "seconds", "records_per_s", "records_per_s_after_first_batch",
-            "first_revision_s", "batches", "revisions", "kafka_commit_s", "delta_write_s",
-            "peak_rss_mb"]
+            "first_revision_s", "batches", "revisions", "collect_s", "kafka_commit_s",
+            "delta_write_s", "peak_rss_mb"]
     head = "| " + " | ".join(cols) + " |"
     sep = "|" + "|".join("---" for _ in cols) + "|"
     body = ["| " + " | ".join("-" if r.get(c) is None else str(r.get(c)) for c in cols) + " |"
@@ -204,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", help=argparse.SUPPRESS)
     p.add_argument("--topic", help=argparse.SUPPRESS)
     p.add_argument("--work", help=argparse.SUPPRESS)
-    p.add_argument("--json", help="also write the figures to this JSON file")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="rounds of all variants (round-robin); the table shows each variant's "
+                        "median run")
+    p.add_argument("--json", help="also write every run's figures to this JSON file")
     args = p.parse_args(argv)
     from revise.config import WindowSpec, parse_duration
 
@@ -214,6 +221,29 @@ def main(argv: list[str] | None = None) -> int:
         print("BENCH " + json.dumps(_one(args)), flush=True)
         return 0
     return _parent(args)
+
+
+def _child(
+    args: argparse.Namespace, variant: str, topic: str, work: Path, bootstrap: str
+) -> dict[str, Any] | None:
+    """Run one variant in a fresh process; its figures, or None (reported) if it failed."""
+    cmd = [sys.executable, "-m", "revise.bench_job", "--variant", variant, "--topic", topic,
+           "--work", str(work), "--bootstrap", bootstrap, "--batch", str(args.batch),
+           "--shards", str(args.shards), "--window", args.window, "--grace", args.grace]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                          env={**os.environ, "REVISE_SPARK_LOG_LEVEL": "ERROR"})
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
+    if proc.returncode != 0 or line is None:
+        print(f"{variant} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
+              file=sys.stderr)
+        return None
+    return json.loads(line[6:])  # type: ignore[no-any-return]
+
+
+def _median_run(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median records/s (the lower middle one for an even count)."""
+    ordered = sorted(rows, key=lambda r: r["records_per_s"])
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def _parent(args: argparse.Namespace) -> int:
@@ -235,32 +265,33 @@ def _parent(args: argparse.Namespace) -> int:
         produce(stream, bootstrap_servers=bootstrap, topic=topic, partitions=4)
         print(f"input: {args.events} events, {args.keys} keys, 1% late, topic {topic} "
               f"({time.monotonic() - t0:.0f}s to generate and produce)", flush=True)
-        rows = []
-        for variant in args.variants.split(","):
-            cmd = [sys.executable, "-m", "revise.bench_job", "--variant", variant, "--topic", topic,
-                   "--work", str(work), "--bootstrap", bootstrap, "--batch", str(args.batch),
-                   "--shards", str(args.shards), "--window", args.window, "--grace", args.grace]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                                  env={**os.environ, "REVISE_SPARK_LOG_LEVEL": "ERROR"})
-            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
-            if proc.returncode != 0 or line is None:
-                print(f"{variant} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
-                      file=sys.stderr)
-                return 1
-            row = json.loads(line[6:])
-            rows.append(row)
-            print(f"{variant}: {row}", flush=True)
+        runs: dict[str, list[dict[str, Any]]] = {}
+        variants = args.variants.split(",")
+        for round_ in range(1, args.repeat + 1):
+            # Round-robin, so drift in the machine's load hits every variant alike.
+            for variant in variants:
+                row = _child(args, variant, topic, work, bootstrap)
+                if row is None:
+                    return 1
+                runs.setdefault(variant, []).append(row)
+                print(f"round {round_} {variant}: {row}", flush=True)
+            if "revision-eos" in variants and "spark-native" in variants:
+                eos, native = runs["revision-eos"][-1], runs["spark-native"][-1]
+                print(f"round {round_}: revision-eos / spark-native throughput "
+                      f"{eos['records_per_s'] / native['records_per_s']:.2f}", flush=True)
+        rows = [_median_run(runs[v]) for v in variants]
         print()
         print(_table(rows))
         by = {r["variant"]: r for r in rows}
+        note = f" (median of {args.repeat} rounds)" if args.repeat > 1 else ""
         if "revision-eos" in by and "spark-native" in by:
             ratio = by["revision-eos"]["records_per_s"] / by["spark-native"]["records_per_s"]
-            print(f"\nrevision-eos / spark-native throughput: {ratio:.2f}")
+            print(f"\nrevision-eos / spark-native throughput{note}: {ratio:.2f}")
         if "revision-eos" in by and "revision-plain" in by:
             cost = 1 - by["revision-eos"]["records_per_s"] / by["revision-plain"]["records_per_s"]
-            print(f"exactly-once cost vs plain producer: {cost:+.1%} of throughput")
+            print(f"exactly-once cost vs plain producer{note}: {cost:+.1%} of throughput")
         if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=2))
+            Path(args.json).write_text(json.dumps(runs, indent=2))
     finally:
         if started is not None:
             broker.stop(work / "broker")

@@ -56,7 +56,7 @@ from revise.jobconfig import JobConfig
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.spark.parse import classify
 from revise.spark.session import spark_session
-from sinks.delta_tables import DeltaTables, register_views
+from sinks.delta_tables import DeltaTables
 from sinks.kafka_changelog import ChangelogConfig, ProducerFencedError, TransactionalChangelog
 
 if TYPE_CHECKING:
@@ -572,7 +572,6 @@ def run_job(
     control_dir = str(Path(cfg.checkpoint) / "control")
     Path(control_dir).mkdir(parents=True, exist_ok=True)
     tables = DeltaTables(cfg.delta_path).ensure()
-    register_views(spark, cfg.delta_path)
     result = JobResult(cfg.query_id)
     changelog = TransactionalChangelog(ChangelogConfig(
         bootstrap_servers=cfg.bootstrap_servers,
