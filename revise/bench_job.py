@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topic", help=argparse.SUPPRESS)
     p.add_argument("--work", help=argparse.SUPPRESS)
     p.add_argument("--repeat", type=int, default=1,
-                   help="rounds of all variants (round-robin); the table shows each variant's "
-                        "median run")
+                   help="rounds of all variants (round-robin, rotating the order); the table "
+                        "shows each variant's median run")
     p.add_argument("--json", help="also write every run's figures to this JSON file")
     args = p.parse_args(argv)
     from revise.config import WindowSpec, parse_duration
@@ -268,8 +268,10 @@ def _parent(args: argparse.Namespace) -> int:
         runs: dict[str, list[dict[str, Any]]] = {}
         variants = args.variants.split(",")
         for round_ in range(1, args.repeat + 1):
-            # Round-robin, so drift in the machine's load hits every variant alike.
-            for variant in variants:
+            # Round-robin, each round starting one variant later, so drift in the machine's
+            # load and the first run's cold broker hit every variant alike.
+            shift = (round_ - 1) % len(variants)
+            for variant in variants[shift:] + variants[:shift]:
                 row = _child(args, variant, topic, work, bootstrap)
                 if row is None:
                     return 1

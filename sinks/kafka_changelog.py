@@ -154,14 +154,19 @@ def _json_strings(col: pa.Array) -> pa.Array:
         out = col.cast(pa.string())
     elif pa.types.is_floating(t):
         col = col.cast(pa.float64())
-        text = col.cast(pa.string())  # shortest round-trip form
+        out = col.cast(pa.string())  # shortest round-trip form
         # 3 → 3.0 so JSON readers keep the double type; NaN/±inf have no JSON form → null.
-        text = pc.if_else(
-            pc.match_substring_regex(text, _INT_TEXT),
-            pc.binary_join_element_wise(text, ".0", ""),
-            text,
-        )
-        out = pc.if_else(pc.is_finite(col), text, pa.scalar(None, pa.string()))
+        # Both passes are skipped when no value needs them (aggregates of real-valued data
+        # are rarely integral).
+        if pc.any(pc.equal(pc.floor(col), col)).as_py():
+            out = pc.if_else(
+                pc.match_substring_regex(out, _INT_TEXT),
+                pc.binary_join_element_wise(out, ".0", ""),
+                out,
+            )
+        finite = pc.is_finite(col)
+        if not pc.all(finite).as_py():
+            out = pc.if_else(finite, out, pa.scalar(None, pa.string()))
     else:  # rare types: one orjson call per value
         literals = [orjson.dumps(v).decode() for v in col.to_pylist()]
         out = pa.array(literals, pa.string())
