@@ -11,7 +11,8 @@ The query, stage by stage::
                       ▼
       groupBy(shard).applyInPandasWithState(ProcessingTimeTimeout)   — the revision engine,
                       │  one call per shard per micro-batch, engine snapshot in the state
-                      │  store (RocksDB), so Spark's checkpoint covers it
+                      │  store (RocksDB), so Spark's checkpoint covers it; its output is
+                      │  one Arrow IPC chunk per shard and kind (revision / late / dead)
                       ▼
       foreachBatch(BatchCommitter)  — one Kafka transaction + idempotent Delta writes per batch
 
@@ -186,8 +187,9 @@ def make_state_fn(
 
     It restores the shard's engine from its snapshot, applies the batch's records against the
     watermark Spark gives (the same for every shard), handles a close-all command, emits the
-    revisions, too-late records and dead letters as one table, and stores the new snapshot —
-    or drops the state when no window is open.
+    revisions, too-late records and dead letters as one row per kind holding an Arrow IPC
+    stream (``kind``, ``rows``, ``payload``; :func:`decode_output` reads them back), and
+    stores the new snapshot — or drops the state when no window is open.
     """
 
     def fn(key: Any, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:

@@ -226,3 +226,38 @@ def test_spark_writes_merges_reads_and_time_travels_delta(spark, delta_path):
     old = spark.read.format("delta").option("versionAsOf", 0).load(path).collect()
     assert sorted(tuple(r) for r in old) == [(1, "a"), (2, "b")]
     assert DeltaTable.forPath(spark, path).history().count() == 2
+
+
+def test_latest_is_compacted_without_changing_its_rows(
+    spark, delta_path, frames, make_revision, monkeypatch,
+):
+    import sinks.delta_tables as delta_tables
+
+    monkeypatch.setattr(delta_tables, "COMPACT_LATEST_EVERY", 2)
+    tables = DeltaTables(str(delta_path)).ensure()
+    for b in range(4):  # new windows each batch: every MERGE adds a file
+        tables.write_batch("q", b, frames.revisions([make_revision(k, b, b + 10_000, 0,
+                                                                   batch_id=b)
+                                                     for k in "abc"]), frames.late(),
+                           frames.dead())
+    latest = DeltaTable.forPath(spark, tables.table_path("latest"))
+    ops = [r.operation for r in latest.history().collect()]
+    assert ops.count("OPTIMIZE") == 2 and ops.count("MERGE") == 4
+    assert latest.detail().first().numFiles == 1  # four MERGE files compacted into one
+    assert _latest(spark, tables) == {(k, b, b + 10_000): 0 for k in "abc" for b in range(4)}
+    tables.write_batch("q", 3, frames.revisions([make_revision("a", 3, 10_003, 9)]),
+                       frames.late(), frames.dead())  # a replay after compaction: still skipped
+    assert _latest(spark, tables)[("a", 3, 10_003)] == 0
+
+
+def test_highest_per_window_keeps_one_row_per_window(make_revision):
+    from sinks.delta_tables import highest_per_window
+
+    revision = make_revision
+    rows = [revision("a", 0, 10, 1), revision("b", 0, 10, 0), revision("a", 0, 10, 3),
+            revision("a", 0, 20, 2), revision("a", 0, 10, 2)]
+    got = highest_per_window(pa.Table.from_pylist([r.to_row() for r in rows],
+                                                  schema=REVISION_SCHEMA))
+    assert sorted(zip(got.column("key").to_pylist(), got.column("window_end_ms").to_pylist(),
+                      got.column("revision").to_pylist(), strict=True)) == [
+        ("a", 10, 3), ("a", 20, 2), ("b", 10, 0)]
