@@ -81,6 +81,7 @@ KIND_SCHEMAS: dict[str, pa.Schema] = {
     "dead": DEAD_LETTER_SCHEMA,
 }
 _OUTPUT_DDL = "kind STRING, rows BIGINT, payload BINARY"
+_CHUNK_ROWS = 250_000  # rows per IPC chunk (~120 MB of revisions at most)
 # The accepted records' columns, in InputBatch.from_arrays order, with their numpy types.
 _INPUT_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("key", object), ("ts_ms", np.int64), ("value", np.float64), ("partition", np.int32),
@@ -243,8 +244,12 @@ def make_state_fn(
             state.update((engine.snapshot(),))
         elif state.exists:
             state.remove()
-        chunks = [(kind, _ipc(pa.concat_tables(tables).cast(KIND_SCHEMAS[kind])))
-                  for kind, tables in outputs.items() if sum(t.num_rows for t in tables)]
+        chunks = []
+        for kind, tables in outputs.items():
+            table = pa.concat_tables(tables).cast(KIND_SCHEMAS[kind])
+            # Bounded chunks: one Spark binary value stays far below its 2 GB limit.
+            for start in range(0, table.num_rows, _CHUNK_ROWS):
+                chunks.append((kind, _ipc(table.slice(start, _CHUNK_ROWS))))
         if chunks:
             yield pd.DataFrame({
                 "kind": [k for k, _ in chunks],

@@ -1,0 +1,35 @@
+"""The stateful operator's Arrow IPC chunk output and its decoding on the driver."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+
+
+def _late(n: int, offset0: int = 0) -> pa.Table:
+    return pa.Table.from_pylist(
+        [{"key": f"k{i}", "ts_ms": i, "value": 0.5, "window_start_ms": 0, "window_end_ms": 10,
+          "watermark_ms": 20, "lateness_ms": 20 - i, "reason": "too late", "batch_id": 1,
+          "topic": "t", "partition": 0, "offset": offset0 + i} for i in range(n)],
+        schema=LATE_SCHEMA)
+
+
+def test_chunks_decode_back_to_one_table_per_kind_in_order(monkeypatch: pytest.MonkeyPatch):
+    from revise.spark import job
+
+    monkeypatch.setattr(job, "_CHUNK_ROWS", 3)
+    first, second = _late(7), _late(2, offset0=100)
+    rows = [("late", job._ipc(t.slice(s, job._CHUNK_ROWS)))
+            for t in (first, second) for s in range(0, t.num_rows, job._CHUNK_ROWS)]
+    collected = pa.table({
+        "kind": [k for k, _ in rows],
+        "rows": [n for _, (n, _b) in rows],
+        "payload": pa.array([b for _, (_n, b) in rows], pa.binary()),
+    })
+    assert collected.column("rows").to_pylist() == [3, 3, 1, 2]
+    out = job.decode_output(collected)
+    assert out["late"].equals(pa.concat_tables([first, second]))  # rows and order kept
+    assert out["revision"].schema == REVISION_SCHEMA and out["revision"].num_rows == 0
+    assert out["dead"].schema == DEAD_LETTER_SCHEMA and out["dead"].num_rows == 0
