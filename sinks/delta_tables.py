@@ -192,8 +192,7 @@ class DeltaTables:
         Every write is a Delta transaction tagged with the application transaction
         ``(appId="revise-<query_id>", version=batch_id)`` and skipped when the table's log
         already holds that app id at ``batch_id`` or higher. Empty inputs are not written (a
-        replay of the same deterministic batch is empty too, so skipping keeps replays no-ops):
-
+        replay of the same deterministic batch is empty too, so skipping keeps replays no-ops).
         The four writes run concurrently (separate tables, separate logs):
 
         a. append ``revisions`` to ``revisions``;
