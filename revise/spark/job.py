@@ -40,7 +40,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -244,20 +244,34 @@ def make_state_fn(
             state.update((engine.snapshot(),))
         elif state.exists:
             state.remove()
-        chunks = []
-        for kind, tables in outputs.items():
-            table = pa.concat_tables(tables).cast(KIND_SCHEMAS[kind])
-            # Bounded chunks: one Spark binary value stays far below its 2 GB limit.
-            for start in range(0, table.num_rows, _CHUNK_ROWS):
-                chunks.append((kind, _ipc(table.slice(start, _CHUNK_ROWS))))
-        if chunks:
-            yield pd.DataFrame({
-                "kind": [k for k, _ in chunks],
-                "rows": [n for _, (n, _b) in chunks],
-                "payload": [b for _, (_n, b) in chunks],
-            })
+        chunks = encode_output(outputs)
+        if chunks is not None:
+            yield chunks
 
     return fn
+
+
+def encode_output(outputs: Mapping[str, Sequence[pa.Table]]) -> pd.DataFrame | None:
+    """A shard's output tables by kind → the operator's rows (None when all are empty).
+
+    One row per kind and chunk of at most ``_CHUNK_ROWS`` rows: ``kind``, ``rows``, ``payload``
+    (an Arrow IPC stream with the kind's schema). :func:`decode_output` is the inverse.
+    """
+    chunks: list[tuple[str, int, bytes]] = []
+    for kind, tables in outputs.items():
+        if not any(t.num_rows for t in tables):
+            continue
+        table = pa.concat_tables(tables).cast(KIND_SCHEMAS[kind])
+        # Bounded chunks: one Spark binary value stays far below its 2 GB limit.
+        for start in range(0, table.num_rows, _CHUNK_ROWS):
+            chunks.append((kind, *_ipc(table.slice(start, _CHUNK_ROWS))))
+    if not chunks:
+        return None
+    return pd.DataFrame({
+        "kind": [k for k, _n, _b in chunks],
+        "rows": [n for _k, n, _b in chunks],
+        "payload": [b for _k, _n, b in chunks],
+    })
 
 
 def _ipc(table: pa.Table) -> tuple[int, bytes]:

@@ -21,15 +21,20 @@ def test_chunks_decode_back_to_one_table_per_kind_in_order(monkeypatch: pytest.M
 
     monkeypatch.setattr(job, "_CHUNK_ROWS", 3)
     first, second = _late(7), _late(2, offset0=100)
-    rows = [("late", job._ipc(t.slice(s, job._CHUNK_ROWS)))
-            for t in (first, second) for s in range(0, t.num_rows, job._CHUNK_ROWS)]
-    collected = pa.table({
-        "kind": [k for k, _ in rows],
-        "rows": [n for _, (n, _b) in rows],
-        "payload": pa.array([b for _, (_n, b) in rows], pa.binary()),
-    })
-    assert collected.column("rows").to_pylist() == [3, 3, 1, 2]
-    out = job.decode_output(collected)
+    # A shard's outputs as the operator gathers them: kinds without rows, or with no tables
+    # at all, give no chunk.
+    frame = job.encode_output({"revision": [REVISION_SCHEMA.empty_table()],
+                               "late": [first, _late(0), second], "dead": []})
+    assert frame is not None
+    assert frame["kind"].tolist() == ["late"] * 3 and frame["rows"].tolist() == [3, 3, 3]
+    out = job.decode_output(pa.Table.from_pandas(frame, preserve_index=False))
     assert out["late"].equals(pa.concat_tables([first, second]))  # rows and order kept
     assert out["revision"].schema == REVISION_SCHEMA and out["revision"].num_rows == 0
     assert out["dead"].schema == DEAD_LETTER_SCHEMA and out["dead"].num_rows == 0
+
+
+def test_a_shard_without_output_yields_nothing():
+    from revise.spark import job
+
+    assert job.encode_output({"revision": [REVISION_SCHEMA.empty_table()], "late": [],
+                              "dead": []}) is None
