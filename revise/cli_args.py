@@ -13,7 +13,7 @@ from typing import Any
 from revise.config import parse_duration
 from revise.errors import ConfigError
 
-__all__ = ["duration_type", "maybe_duration", "maybe_int"]
+__all__ = ["duration_type", "maybe_duration", "maybe_float", "maybe_int"]
 
 
 def duration_type(option: str) -> Callable[[str], int]:
@@ -43,4 +43,15 @@ def maybe_int(v: Any, option: str) -> int | None:
         return int(v)
     except ValueError:
         msg = f"{option} must be an integer, got {v!r}"
+        raise ConfigError(msg) from None
+
+
+def maybe_float(v: Any, option: str) -> float | None:
+    """None, a float, or number text → float (ConfigError on bad text)."""
+    if v is None or isinstance(v, float):
+        return v
+    try:
+        return float(v)
+    except ValueError:
+        msg = f"{option} must be a number, got {v!r}"
         raise ConfigError(msg) from None

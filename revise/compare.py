@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from revise.cli_args import duration_type, maybe_duration, maybe_int
+from revise.cli_args import duration_type, maybe_duration, maybe_float, maybe_int
 from revise.compare_metrics import (
     GraceOutcome,
     Percentiles,
@@ -846,16 +846,6 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=cmd_compare)
 
 
-def _as_float(v: Any, option: str) -> float | None:
-    if v is None or isinstance(v, float):
-        return v
-    try:
-        return float(v)
-    except ValueError:
-        msg = f"{option} must be a number, got {v!r}"
-        raise ConfigError(msg) from None
-
-
 def config_from_args(args: argparse.Namespace) -> CompareConfig:
     """Build the :class:`CompareConfig` of ``revise compare``'s arguments."""
     from revise.infra import broker
@@ -875,9 +865,9 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
             keys=maybe_int(args.keys, "--keys") or 1,
             seed=maybe_int(args.seed, "--seed") or 0,
             disorder_ms=maybe_duration(args.disorder, "--disorder") or 0,
-            late_fraction=_as_float(args.late_fraction, "--late-fraction") or 0.0,
+            late_fraction=maybe_float(args.late_fraction, "--late-fraction") or 0.0,
             late_by_ms=maybe_duration(args.late_by, "--late-by") or 0,
-            bad_fraction=_as_float(args.bad_fraction, "--bad-fraction") or 0.0,
+            bad_fraction=maybe_float(args.bad_fraction, "--bad-fraction") or 0.0,
             step_ms=maybe_duration(args.step, "--step") or 0,
         )
     output = str(Path(args.output).expanduser().resolve())
@@ -896,7 +886,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         input_topic=args.input_topic or None, generator=generator,
         max_records_per_batch=maybe_int(args.max_records_per_batch, "--max-records-per-batch")
         or 1000,
-        rate=_as_float(args.rate, "--rate"), trigger_ms=maybe_duration(args.trigger, "--trigger"),
+        rate=maybe_float(args.rate, "--rate"), trigger_ms=maybe_duration(args.trigger, "--trigger"),
         shards=maybe_int(args.shards, "--shards") or 4,
         timeout_s=None if timeout is None else timeout / 1000,
     )
