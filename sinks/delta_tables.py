@@ -165,12 +165,10 @@ class DeltaTables:
         from deltalake import DeltaTable
 
         for table in ("revisions", "late", "dead_letter", "latest"):
-            if DeltaTable.is_deltatable(self.table_path(table), self.storage_options):
-                continue
             DeltaTable.create(
                 self.table_path(table),
                 schema=arrow_schema(table),
-                mode="ignore",
+                mode="ignore",  # an existing table is left as it is
                 name=table,
                 configuration=dict(_PROPERTIES[table]),
                 storage_options=self.storage_options,
@@ -282,7 +280,8 @@ class DeltaTables:
         from deltalake.transaction import CommitProperties, Transaction
 
         t0 = time.perf_counter()
-        for attempt in range(3):
+        conflicts = 0
+        while True:
             target = self._table(table)
             done = target.transaction_version(app_id)
             if done is not None and done >= batch_id:
@@ -294,9 +293,9 @@ class DeltaTables:
             except CommitFailedError:
                 # A concurrent commit won (perhaps this very batch, by a zombie): re-read.
                 self._tables.pop(table, None)
-                if attempt == 2:
+                conflicts += 1
+                if conflicts == 3:
                     raise
-        return time.perf_counter() - t0  # pragma: no cover - the loop returns or raises
 
     def _append(self, table: str, data: pa.Table, app_id: str, batch_id: int) -> float:
         if data.num_rows == 0:

@@ -57,7 +57,7 @@ from revise.jobconfig import JobConfig
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.spark.parse import classify
 from revise.spark.session import spark_session
-from sinks.delta_tables import DeltaTables
+from sinks.delta_tables import TABLE_NAMES, DeltaTables
 from sinks.kafka_changelog import ChangelogConfig, ProducerFencedError, TransactionalChangelog
 
 if TYPE_CHECKING:
@@ -422,7 +422,7 @@ class BatchCommitter:
             timings = self.tables.last_timings
             if timings is not None:
                 per = self.result.delta_table_seconds
-                for name in ("revisions", "late", "dead_letter", "latest"):
+                for name in TABLE_NAMES:
                     per[name] = per.get(name, 0.0) + getattr(timings, name)
             self._crash("after_delta", batch_id)
             self._account(batch_id, out, committed.skipped, t0, kafka_s, delta_s)
