@@ -132,13 +132,26 @@ def _index(idx: npt.ArrayLike) -> npt.NDArray[np.intp] | npt.NDArray[np.bool_]:
 
 
 def _sort_order(groups: IntArray, slots: IntArray) -> npt.NDArray[np.intp]:
-    """Order by ``(group, slot)``: one argsort of a packed key when it fits in int64."""
+    """Order by ``(group, slot)`` with one argsort of an int64 key.
+
+    Small slot ranges (bucket ids) pack exactly into ``group * span + slot``. Wide ones (63-bit
+    hashes) pack the group with the slot's top bits; equal keys then order arbitrarily, so when
+    two different slots share a key (two hashes of one group agreeing in their top ~49 bits:
+    rare) the order falls back to ``np.lexsort``.
+    """
     lo, hi = int(slots.min()), int(slots.max())
     span = hi - lo + 1
     n_groups = int(groups.max()) + 1
     if span < 2**62 // max(n_groups, 1):
         return np.argsort(groups * span + (slots - lo))
-    return np.lexsort((slots, groups))
+    sbits = 63 - n_groups.bit_length()
+    top = (slots.view(np.uint64) ^ np.uint64(2**63)) >> np.uint64(64 - sbits)  # order-preserving
+    key = (groups << sbits) | top.astype(np.int64)
+    o = np.argsort(key)
+    k, s = key[o], slots[o]
+    if np.any((k[1:] == k[:-1]) & (s[1:] != s[:-1])):
+        return np.lexsort((slots, groups))
+    return o
 
 
 def build(groups: npt.ArrayLike, slots: npt.ArrayLike, values: npt.ArrayLike, n_groups: int,

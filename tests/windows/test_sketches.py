@@ -108,6 +108,20 @@ def test_take_concat_insert_replace_match_per_group_lists(rows, idx, data):
     assert as_lists(rep) == [groups[5] if i in rows_ else groups[i] for i in range(6)]
 
 
+def test_wide_slots_sharing_top_bits_still_sort_exactly():
+    # hashes of one group agreeing in their top bits share a packed sort key: lexsort fallback
+    s = np.array([2**62 + 3, 2**62 + 1, -5, 2**62 + 2, 2**62 + 1], dtype=np.int64)
+    t = build(np.zeros(5, dtype=np.int64), s, np.ones(5, dtype=np.int64), 1, np.add)
+    assert arrays_of(t) == ([0, 4], [-5, 2**62 + 1, 2**62 + 2, 2**62 + 3], [1, 2, 1, 1])
+    rng = np.random.default_rng(5)
+    g = rng.integers(0, 300, 20_000)
+    h = rng.integers(-2**63, 2**63 - 1, 20_000, dtype=np.int64)
+    t = build(g, h, np.ones(len(h), dtype=np.int64), 300, np.add)
+    o = np.lexsort((h, g))
+    assert t.slots.tolist() == h[o].tolist()
+    assert t.offsets.tolist() == [0, *np.cumsum(np.bincount(g, minlength=300)).tolist()]
+
+
 def test_merge_rejects_different_group_counts_and_check_catches_corruption():
     with pytest.raises(ValueError, match="2 and 3 groups"):
         merge(SlotTable.empty(2), SlotTable.empty(3), np.add)
