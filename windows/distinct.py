@@ -238,6 +238,13 @@ class DistinctSketch:
         """Group-wise union (exact, associative, commutative)."""
         return self._normalize(merge(a, b, np.maximum))
 
+    def merge_into(self, state: SlotTable, rows: npt.ArrayLike, part: SlotTable) -> SlotTable:
+        """``state`` with ``part``'s groups merged into groups ``rows`` (distinct indices).
+
+        Only those groups are re-sorted; the rest are copied (the engine's micro-batch step).
+        """
+        return state.replace(rows, self.merge(state.take(rows), part))
+
     def regroup(self, state: SlotTable, target: npt.ArrayLike, n_out: int) -> SlotTable:
         """Union of group ``i`` into group ``target[i]`` of ``n_out`` (session merges)."""
         return self._normalize(regroup(state, target, n_out, np.maximum))

@@ -160,6 +160,13 @@ class QuantileSketch:
         """Group-wise merge (exact, associative, commutative)."""
         return merge(a, b, np.add)
 
+    def merge_into(self, state: SlotTable, rows: npt.ArrayLike, part: SlotTable) -> SlotTable:
+        """``state`` with ``part``'s groups merged into groups ``rows`` (distinct indices).
+
+        Only those groups are re-sorted; the rest are copied (the engine's micro-batch step).
+        """
+        return state.replace(rows, self.merge(state.take(rows), part))
+
     def regroup(self, state: SlotTable, target: npt.ArrayLike, n_out: int) -> SlotTable:
         """Merge group ``i`` into group ``target[i]`` of ``n_out`` (session merges)."""
         return regroup(state, target, n_out, np.add)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +30,7 @@ import numpy.typing as npt
 __all__ = ["SlotTable", "build", "merge", "regroup"]
 
 IntArray = npt.NDArray[np.int64]
+_Kind = Literal["quicksort", "stable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +133,7 @@ def _index(idx: npt.ArrayLike) -> npt.NDArray[np.intp] | npt.NDArray[np.bool_]:
     return a if a.dtype == np.bool_ else a.astype(np.intp, copy=False)
 
 
-def _sort_order(groups: IntArray, slots: IntArray) -> npt.NDArray[np.intp]:
+def _sort_order(groups: IntArray, slots: IntArray, kind: _Kind) -> npt.NDArray[np.intp]:
     """Order by ``(group, slot)`` with one argsort of an int64 key.
 
     Small slot ranges (bucket ids) pack exactly into ``group * span + slot``. Wide ones (63-bit
@@ -143,11 +145,11 @@ def _sort_order(groups: IntArray, slots: IntArray) -> npt.NDArray[np.intp]:
     span = hi - lo + 1
     n_groups = int(groups.max()) + 1
     if span < 2**62 // max(n_groups, 1):
-        return np.argsort(groups * span + (slots - lo))
+        return np.argsort(groups * span + (slots - lo), kind=kind)
     sbits = 63 - n_groups.bit_length()
     top = (slots.view(np.uint64) ^ np.uint64(2**63)) >> np.uint64(64 - sbits)  # order-preserving
     key = (groups << sbits) | top.astype(np.int64)
-    o = np.argsort(key)
+    o = np.argsort(key, kind=kind)
     k, s = key[o], slots[o]
     if np.any((k[1:] == k[:-1]) & (s[1:] != s[:-1])):
         return np.lexsort((slots, groups))
@@ -155,7 +157,8 @@ def _sort_order(groups: IntArray, slots: IntArray) -> npt.NDArray[np.intp]:
 
 
 def build(groups: npt.ArrayLike, slots: npt.ArrayLike, values: npt.ArrayLike, n_groups: int,
-          ufunc: np.ufunc, dtype: type[np.integer] = np.int64) -> SlotTable:
+          ufunc: np.ufunc, dtype: type[np.integer] = np.int64, *,
+          runs: bool = False) -> SlotTable:
     """Canonical table of ``n_groups`` groups from unsorted contributions.
 
     Args:
@@ -165,6 +168,8 @@ def build(groups: npt.ArrayLike, slots: npt.ArrayLike, values: npt.ArrayLike, n_
         n_groups: Number of groups of the result (groups without contributions are empty).
         ufunc: Reduction of values at equal ``(group, slot)`` (``np.add`` or ``np.maximum``).
         dtype: Value dtype of the result.
+        runs: The contributions are a few runs each sorted by ``(group, slot)`` (a merge of
+            tables): a stable sort (timsort) then merges the runs in linear time.
 
     Returns:
         The table; its arrays are new (inputs are not modified).
@@ -174,7 +179,7 @@ def build(groups: npt.ArrayLike, slots: npt.ArrayLike, values: npt.ArrayLike, n_
     v = np.asarray(values, dtype=dtype)
     if len(g) == 0:
         return SlotTable.empty(n_groups, dtype)
-    o = _sort_order(g, s)
+    o = _sort_order(g, s, "stable" if runs else "quicksort")
     g, s, v = g[o], s[o], v[o]
     change = np.empty(len(g), dtype=bool)
     change[0] = True
@@ -203,7 +208,7 @@ def merge(a: SlotTable, b: SlotTable, ufunc: np.ufunc) -> SlotTable:
         raise ValueError(msg)
     return build(np.concatenate((a.group_ids(), b.group_ids())),
                  np.concatenate((a.slots, b.slots)), np.concatenate((a.values, b.values)),
-                 len(a), ufunc, a.values.dtype.type)
+                 len(a), ufunc, a.values.dtype.type, runs=True)
 
 
 def regroup(t: SlotTable, target: npt.ArrayLike, n_out: int, ufunc: np.ufunc) -> SlotTable:

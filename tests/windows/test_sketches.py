@@ -188,6 +188,20 @@ def test_merge_is_associative_and_commutative(r1, r2, r3, kind):
 
 
 @settings(max_examples=60, deadline=None)
+@given(batches, batches, st.lists(st.integers(0, 3), unique=True, max_size=4))
+def test_merge_into_rows_equals_merging_whole_tables(r1, r2, rows):
+    for sketch, enc in ((Q, quantile_values), (SMALL_D, distinct_values)):
+        state = split_updates(sketch, r1, [], list(range(len(r1))), enc)
+        r2 = [r for r in r2 if r[0] < len(rows)]
+        part = sketch.update(sketch.empty(len(rows)), enc([r[1] for r in r2]),
+                             np.array([r[0] for r in r2], dtype=np.int64))
+        got = sketch.merge_into(state, np.array(rows, dtype=np.int64), part)
+        mapped = [(rows[g], v) for g, v in r2]
+        assert arrays_of(got) == arrays_of(split_updates(sketch, r1 + mapped, [],
+                                                         list(range(len(r1 + mapped))), enc))
+
+
+@settings(max_examples=60, deadline=None)
 @given(batches, st.lists(st.integers(0, 2), min_size=4, max_size=4))
 def test_regroup_merges_sessions_like_one_pass(rows, target):
     for sketch, enc in ((Q, quantile_values), (SMALL_D, distinct_values)):
