@@ -130,7 +130,11 @@ def hash_values(values: npt.ArrayLike | Sequence[object]) -> npt.NDArray[np.int6
     Raises:
         ValueError: For a value that is none of these (``None``, dicts, lists), naming its type.
     """
-    arr = np.asarray(values)
+    if isinstance(values, np.ndarray):
+        arr = values
+    else:  # not np.asarray: it would turn ["a", 1] into strings and hash 1 as "1"
+        arr = np.empty(len(values), dtype=object)  # type: ignore[arg-type]
+        arr[:] = list(values)  # type: ignore[arg-type]
     if arr.dtype.kind in "iuf":
         return hash_numbers(arr)
     if arr.dtype.kind == "b":

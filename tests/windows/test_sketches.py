@@ -342,6 +342,13 @@ def test_mode_switch_is_a_function_of_the_set():
     assert np.all(hll.slots < 0) and abs(int(d.result(hll)[0]) - 101) <= 5
 
 
+def test_hash_values_keeps_types_of_plain_lists():
+    got = hash_values(["a", 1, 1.0, "1", True])
+    assert got.tolist() == hash_values(np.array(["a", 1, 1.0, "1", True], dtype=object)).tolist()
+    assert got[1] == got[2] != got[3] and got[4] != got[1]
+    assert hash_values([2, 3]).tolist() == hash_numbers([2.0, 3.0]).tolist()
+
+
 def test_hash_values_rejects_unhashable_values():
     with pytest.raises(ValueError, match="NoneType None"):
         hash_values(np.array(["a", None], dtype=object))
