@@ -1,0 +1,295 @@
+"""One Kafka client configuration for every client revise creates (Spark's source, confluent-kafka).
+
+The user writes one file (``--kafka-config FILE``, Java properties as Kafka's tools take with
+``--command-config``; env ``REVISE_KAFKA_CONFIG`` names it when the option is absent) and adds
+repeatable ``--kafka-option KEY=VALUE`` (wins over the file). :func:`load_kafka_settings` turns
+that into a frozen :class:`KafkaSettings`, translating what the two libraries spell differently
+(SASL via ``sasl.jaas.config`` for Java, PEM TLS trust and mutual TLS both ways); the rules and
+the mapping table are in ``docs/KAFKA_CONFIG.md``. Everything else goes to the library that knows
+the key; a key neither knows is a :class:`~revise.errors.ConfigError` (exit 2).
+
+Bootstrap: ``--bootstrap-servers`` stays its own option. A ``bootstrap.servers`` in the file or
+an option is used when ``--bootstrap-servers`` is absent; both given and different is a usage
+error naming both.
+
+Trace: file ``sasl.mechanism=SCRAM-SHA-512``, ``sasl.username=u``, ``sasl.password=p`` ->
+librdkafka ``sasl.mechanisms=SCRAM-SHA-512, sasl.username=u, sasl.password=p``; Spark
+``kafka.sasl.mechanism=SCRAM-SHA-512``, ``kafka.sasl.jaas.config=org.apache.kafka.common.security
+.scram.ScramLoginModule required username="u" password="p";``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from revise import kafka_keys as keys
+from revise.errors import ConfigError
+from revise.kafka_translate import translate
+from revise.redact import Redactor, is_secret_key
+
+__all__ = [
+    "ENV_KAFKA_CONFIG",
+    "RESERVED_KEYS",
+    "KafkaSettings",
+    "load_kafka_settings",
+    "parse_kafka_options",
+    "parse_properties",
+]
+
+#: Environment variable naming the client config file when ``--kafka-config`` is absent.
+ENV_KAFKA_CONFIG = "REVISE_KAFKA_CONFIG"
+
+#: Keys revise sets itself per client (exactly-once, offsets, serialization); a user value is
+#: a usage error rather than silently ignored or silently breaking exactly-once.
+RESERVED_KEYS: frozenset[str] = frozenset({
+    "transactional.id", "isolation.level", "enable.idempotence", "group.id",
+    "group.instance.id", "enable.auto.commit", "enable.auto.offset.store", "auto.offset.reset",
+    "enable.partition.eof", "key.serializer", "value.serializer", "key.deserializer",
+    "value.deserializer", "interceptor.classes",
+})
+
+_LINE_CONT = "\\"
+
+
+def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
+    """Java properties logical lines: (first physical line number, text), continuations joined."""
+    buf: list[str] = []
+    start = 0
+    for no, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip() if not buf else raw.lstrip()
+        if not buf:
+            if not line or line[0] in "#!":
+                continue
+            start = no
+        # an odd number of trailing backslashes continues the line
+        trailing = len(line) - len(line.rstrip(_LINE_CONT))
+        if trailing % 2 == 1:
+            buf.append(line[:-1])
+            continue
+        buf.append(line)
+        yield start, "".join(buf)
+        buf = []
+    if buf:
+        yield start, "".join(buf)
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    """Split at the first unescaped ``=`` or ``:`` (or whitespace), as java.util.Properties does."""
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=:" or ch.isspace():
+            break
+        i += 1
+    key, rest = line[:i], line[i:].lstrip()
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip()
+    return _unescape(key), _unescape(rest.rstrip())
+
+
+def _unescape(s: str) -> str:
+    out: list[str] = []
+    it = iter(range(len(s)))
+    for i in it:
+        ch = s[i]
+        if ch == "\\" and i + 1 < len(s):
+            nxt = s[i + 1]
+            out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(nxt, nxt))
+            next(it, None)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def parse_properties(text: str, *, source: str = "<text>") -> dict[str, str]:
+    """Parse Java properties text (``key=value`` or ``key: value``, ``#``/``!`` comments).
+
+    Blank lines are skipped, surrounding whitespace is stripped, a trailing backslash continues
+    the line; a later key wins over an earlier one.
+
+    Raises:
+        ConfigError: a line has an empty key.
+    """
+    props: dict[str, str] = {}
+    for no, line in _logical_lines(text):
+        key, value = _split_key_value(line)
+        if not key:
+            msg = f"{source}:{no}: no key before '=' in {line[:40]!r}; write KEY=VALUE"
+            raise ConfigError(msg)
+        props[key] = value
+    return props
+
+
+def parse_kafka_options(options: Sequence[str]) -> dict[str, str]:
+    """Parse repeatable ``--kafka-option KEY=VALUE`` values (a later one wins).
+
+    Raises:
+        ConfigError: an option has no ``=`` or an empty key.
+    """
+    out: dict[str, str] = {}
+    for opt in options:
+        key, sep, value = opt.partition("=")
+        if not sep or not key.strip():
+            shown = opt.split("=")[0] if is_secret_key(opt) else opt
+            msg = (f"--kafka-option {shown!r} is not KEY=VALUE; write e.g. "
+                   "--kafka-option security.protocol=SASL_SSL")
+            raise ConfigError(msg)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _read_config_file(path: Path, origin: str) -> dict[str, str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        msg = f"{origin} {str(path)!r} cannot be read ({e.strerror}); give a readable file"
+        raise ConfigError(msg) from e
+    return parse_properties(text, source=str(path))
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    """The validated, translated client settings (no revise-set keys, no bootstrap).
+
+    Build with :func:`load_kafka_settings`. The mappings are read-only; the ``*_conf`` methods
+    return fresh dicts to which the caller adds its own keys (transactional.id, group.id, ...).
+
+    Attributes:
+        bootstrap_servers: The resolved bootstrap address, None when neither option nor file
+            gave one (the caller then uses the embedded broker).
+        rdkafka_common: librdkafka properties for every client.
+        rdkafka_producer: librdkafka producer-only properties.
+        rdkafka_consumer: librdkafka consumer-only properties.
+        java: Java client properties for Spark's source (without the ``kafka.`` prefix).
+        redactor: Knows every secret value of these settings.
+        origin: Where the settings came from, for messages (``file X + 2 options``).
+    """
+
+    bootstrap_servers: str | None
+    rdkafka_common: Mapping[str, str] = field(default_factory=dict)
+    rdkafka_producer: Mapping[str, str] = field(default_factory=dict)
+    rdkafka_consumer: Mapping[str, str] = field(default_factory=dict)
+    java: Mapping[str, str] = field(default_factory=dict)
+    redactor: Redactor = field(default_factory=Redactor)
+    origin: str = "defaults"
+
+    def __post_init__(self) -> None:
+        for name in ("rdkafka_common", "rdkafka_producer", "rdkafka_consumer", "java"):
+            value = getattr(self, name)
+            clash = RESERVED_KEYS & set(value)
+            if clash:
+                msg = f"KafkaSettings.{name} holds keys revise sets itself: {sorted(clash)}"
+                raise ConfigError(msg)
+            object.__setattr__(self, name, MappingProxyType(dict(value)))
+
+    def _with_bootstrap(self, conf: dict[str, str]) -> dict[str, str]:
+        if self.bootstrap_servers is None:
+            msg = ("no Kafka bootstrap address: give --bootstrap-servers HOST:PORT or "
+                   "bootstrap.servers in --kafka-config")
+            raise ConfigError(msg)
+        return {"bootstrap.servers": self.bootstrap_servers, **conf}
+
+    def producer_conf(self) -> dict[str, str]:
+        """confluent-kafka Producer settings (add transactional.id etc. on top)."""
+        return self._with_bootstrap({**self.rdkafka_common, **self.rdkafka_producer})
+
+    def consumer_conf(self) -> dict[str, str]:
+        """confluent-kafka Consumer settings (add group.id, isolation.level on top)."""
+        return self._with_bootstrap({**self.rdkafka_common, **self.rdkafka_consumer})
+
+    def admin_conf(self) -> dict[str, str]:
+        """confluent-kafka AdminClient settings."""
+        return self._with_bootstrap(dict(self.rdkafka_common))
+
+    def spark_source_options(self) -> dict[str, str]:
+        """Spark Kafka source options: every Java client key prefixed ``kafka.``."""
+        java = self._with_bootstrap(dict(self.java))
+        return {f"kafka.{k}": v for k, v in java.items()}
+
+    @property
+    def is_secured(self) -> bool:
+        """Whether any SASL or TLS setting is in force."""
+        proto = self.rdkafka_common.get("security.protocol", "PLAINTEXT")
+        return proto != "PLAINTEXT"
+
+
+def _resolve_bootstrap(option: str | None, props: dict[str, str]) -> str | None:
+    from_file = props.pop("bootstrap.servers", None) or None
+    props.pop("metadata.broker.list", None)
+    if option and from_file and _norm_hosts(option) != _norm_hosts(from_file):
+        msg = (f"--bootstrap-servers {option!r} and bootstrap.servers={from_file!r} in the "
+               "Kafka client config differ; give only one of them, or the same address")
+        raise ConfigError(msg)
+    return option or from_file
+
+
+def _norm_hosts(value: str) -> list[str]:
+    return sorted(h.strip() for h in value.split(",") if h.strip())
+
+
+def load_kafka_settings(
+    *,
+    bootstrap_servers: str | None = None,
+    config_file: str | Path | None = None,
+    options: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> KafkaSettings:
+    """Load, merge, validate and translate one client configuration.
+
+    Precedence (highest first): ``--kafka-option`` values, the ``--kafka-config`` file (else the
+    file named by ``$REVISE_KAFKA_CONFIG``). ``--bootstrap-servers`` vs ``bootstrap.servers``:
+    see the module docstring.
+
+    Args:
+        bootstrap_servers: The ``--bootstrap-servers`` value, or None.
+        config_file: The ``--kafka-config`` path, or None.
+        options: The ``--kafka-option KEY=VALUE`` values, in order.
+        environ: The environment (default ``os.environ``).
+
+    Raises:
+        ConfigError: unreadable file, malformed line, unknown key, reserved key, a value that
+            cannot be translated, or conflicting bootstrap addresses.
+    """
+    env = os.environ if environ is None else environ
+    origin: list[str] = []
+    props: dict[str, str] = {}
+    if config_file is None and env.get(ENV_KAFKA_CONFIG):
+        config_file = env[ENV_KAFKA_CONFIG]
+        origin.append(f"${ENV_KAFKA_CONFIG}={config_file}")
+        props.update(_read_config_file(Path(config_file), f"${ENV_KAFKA_CONFIG}"))
+    elif config_file is not None:
+        origin.append(f"--kafka-config {config_file}")
+        props.update(_read_config_file(Path(config_file), "--kafka-config"))
+    if options:
+        origin.append(f"{len(options)} --kafka-option")
+        props.update(parse_kafka_options(options))
+    bootstrap = _resolve_bootstrap(bootstrap_servers, props)
+    reserved = sorted(RESERVED_KEYS & set(props))
+    if reserved:
+        msg = (f"Kafka client setting(s) {', '.join(reserved)} are set by revise itself "
+               "(exactly-once and offset handling depend on them); remove them from "
+               "--kafka-config / --kafka-option")
+        raise ConfigError(msg)
+    t = translate(props)
+    return KafkaSettings(
+        bootstrap_servers=bootstrap,
+        rdkafka_common=t.rdkafka_common,
+        rdkafka_producer=t.rdkafka_producer,
+        rdkafka_consumer=t.rdkafka_consumer,
+        java=t.java,
+        redactor=Redactor.of(t.secret_values),
+        origin=" + ".join(origin) or "defaults",
+    )
+
+
+def known_to_any(key: str) -> bool:
+    """Whether either client library knows the property ``key`` (for messages and tests)."""
+    return key in (keys.RDKAFKA_ALL_ROLES | keys.RDKAFKA_PRODUCER_ONLY
+                   | keys.RDKAFKA_CONSUMER_ONLY | keys.JAVA_CONSUMER | keys.JAVA_ADMIN_ONLY)
