@@ -29,7 +29,7 @@ from types import MappingProxyType
 from revise import kafka_keys as keys
 from revise.errors import ConfigError
 from revise.kafka_translate import translate
-from revise.redact import Redactor, is_secret_key
+from revise.redact import Redactor, is_secret_key, redact_mapping
 
 __all__ = [
     "ENV_KAFKA_CONFIG",
@@ -38,6 +38,8 @@ __all__ = [
     "load_kafka_settings",
     "parse_kafka_options",
     "parse_properties",
+    "render_client_configs",
+    "revise_client_configs",
 ]
 
 #: Environment variable naming the client config file when ``--kafka-config`` is absent.
@@ -293,3 +295,50 @@ def known_to_any(key: str) -> bool:
     """Whether either client library knows the property ``key`` (for messages and tests)."""
     return key in (keys.RDKAFKA_ALL_ROLES | keys.RDKAFKA_PRODUCER_ONLY
                    | keys.RDKAFKA_CONSUMER_ONLY | keys.JAVA_CONSUMER | keys.JAVA_ADMIN_ONLY)
+
+
+def revise_client_configs(
+    settings: KafkaSettings,
+    *,
+    query_id: str,
+    producer_defaults: Mapping[str, object] | None = None,
+) -> dict[str, dict[str, str]]:
+    """The effective settings of every Kafka client a revise job creates, with revise's keys.
+
+    Args:
+        settings: The user's translated settings.
+        query_id: The job's ``--query-id`` (the producer's ``transactional.id`` is
+            ``revise-<query_id>``).
+        producer_defaults: revise's own producer tuning (``sinks.kafka_changelog``'s
+            ``DEFAULT_PRODUCER_CONFIG``); user settings win over it, revise-set keys win over all.
+
+    Returns:
+        Client name -> its settings (values as strings), secrets NOT yet redacted.
+    """
+    defaults = {k: str(v) for k, v in (producer_defaults or {}).items()}
+    return {
+        "spark kafka source (Java client, driver and executors)": {
+            **settings.spark_source_options(), "kafka.isolation.level": "read_committed"},
+        "changelog producer (confluent-kafka, transactional)": {
+            **defaults, **settings.producer_conf(), "transactional.id": f"revise-{query_id}",
+            "enable.idempotence": "true"},
+        "progress / offsets consumer (confluent-kafka)": {
+            **settings.consumer_conf(), "isolation.level": "read_committed",
+            "group.id": "revise-reader-<unique per use>", "enable.auto.commit": "false"},
+        "topic admin (confluent-kafka)": settings.admin_conf(),
+    }
+
+
+def render_client_configs(settings: KafkaSettings, configs: Mapping[str, Mapping[str, str]]) -> str:
+    """Text for ``revise run --print-config``: one section per client, keys sorted, redacted.
+
+    Secret options show ``***``; any secret value that appears inside another value (e.g. a
+    password inside a jaas line) is masked too.
+    """
+    lines = [f"# Kafka client settings from {settings.origin}; secrets shown as ***"]
+    for client, conf in configs.items():
+        lines.append(f"[{client}]")
+        shown = redact_mapping(conf)
+        lines.extend(f"{k}={settings.redactor.text(str(shown[k]))}" for k in sorted(shown))
+        lines.append("")
+    return "\n".join(lines)
