@@ -398,3 +398,27 @@ def test_explain_java_error_texts() -> None:
                                     redactor=Redactor.of(["pw1234"]))
     assert kind == "not authorized on transactional id" and "pw1234" not in msg
     assert "--transactional-id revise-" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("code,kind,grant", [
+    ("TOPIC_AUTHORIZATION_FAILED", "not authorized on topic", "--topic"),
+    ("GROUP_AUTHORIZATION_FAILED", "not authorized on consumer group", "--group"),
+    ("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "not authorized on transactional id",
+     "--transactional-id"),
+    ("CLUSTER_AUTHORIZATION_FAILED", "not authorized on the cluster", "IdempotentWrite"),
+    ("SASL_AUTHENTICATION_FAILED", "authentication failed", "sasl.password"),
+    ("_AUTHENTICATION", "authentication failed", "sasl.password"),
+    ("_SSL", "TLS handshake failed", "ssl.ca.location"),
+    ("_ALL_BROKERS_DOWN", "Kafka unreachable", "--bootstrap-servers"),
+    ("_TRANSPORT", "Kafka unreachable", "--bootstrap-servers"),
+    ("_TIMED_OUT", "Kafka unreachable", "--bootstrap-servers"),
+])
+def test_explain_confluent_kafka_errors(code: str, kind: str, grant: str) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    err = KafkaError(getattr(KafkaError, code), "broker said no to pw1234")
+    red = Redactor.of(["pw1234"])
+    for error in (err, KafkaException(err)):
+        msg, got = explain_kafka_error(error, redactor=red, context="probing b:1")
+        assert got == kind and grant in msg and msg.startswith("probing b:1: ")
+        assert "pw1234" not in msg and code in msg and "\n" not in msg
