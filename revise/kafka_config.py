@@ -21,10 +21,9 @@ librdkafka ``sasl.mechanisms=SCRAM-SHA-512, sasl.username=u, sasl.password=p``; 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 
 from revise import kafka_keys as keys
 from revise.errors import ConfigError
@@ -35,6 +34,7 @@ __all__ = [
     "ENV_KAFKA_CONFIG",
     "RESERVED_KEYS",
     "KafkaSettings",
+    "Props",
     "load_kafka_settings",
     "parse_kafka_options",
     "parse_properties",
@@ -156,11 +156,45 @@ def _read_config_file(path: Path, origin: str) -> dict[str, str]:
     return parse_properties(text, source=str(path))
 
 
+class Props(Mapping[str, str]):
+    """An immutable, hashable, picklable str -> str mapping (keys kept in sorted order)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, str] | None = None) -> None:
+        self._items: tuple[tuple[str, str], ...] = tuple(sorted((items or {}).items()))
+
+    def __getitem__(self, key: str) -> str:
+        for k, v in self._items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self._items) == dict(other.items())
+
+    def __repr__(self) -> str:
+        return f"Props({dict(self._items)!r})"
+
+    def __reduce__(self) -> tuple[type[Props], tuple[dict[str, str]]]:
+        return (Props, (dict(self._items),))
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaSettings:
     """The validated, translated client settings (no revise-set keys, no bootstrap).
 
-    Build with :func:`load_kafka_settings`. The mappings are read-only; the ``*_conf`` methods
+    Build with :func:`load_kafka_settings`. Hashable and picklable (it may ride along in a job
+    config that Spark pickles). The mappings are read-only; the ``*_conf`` methods
     return fresh dicts to which the caller adds its own keys (transactional.id, group.id, ...).
 
     Attributes:
@@ -175,10 +209,10 @@ class KafkaSettings:
     """
 
     bootstrap_servers: str | None
-    rdkafka_common: Mapping[str, str] = field(default_factory=dict)
-    rdkafka_producer: Mapping[str, str] = field(default_factory=dict)
-    rdkafka_consumer: Mapping[str, str] = field(default_factory=dict)
-    java: Mapping[str, str] = field(default_factory=dict)
+    rdkafka_common: Mapping[str, str] = field(default_factory=Props)
+    rdkafka_producer: Mapping[str, str] = field(default_factory=Props)
+    rdkafka_consumer: Mapping[str, str] = field(default_factory=Props)
+    java: Mapping[str, str] = field(default_factory=Props)
     redactor: Redactor = field(default_factory=Redactor)
     origin: str = "defaults"
 
@@ -189,7 +223,7 @@ class KafkaSettings:
             if clash:
                 msg = f"KafkaSettings.{name} holds keys revise sets itself: {sorted(clash)}"
                 raise ConfigError(msg)
-            object.__setattr__(self, name, MappingProxyType(dict(value)))
+            object.__setattr__(self, name, Props(value))
 
     def _with_bootstrap(self, conf: dict[str, str]) -> dict[str, str]:
         if self.bootstrap_servers is None:

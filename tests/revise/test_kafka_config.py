@@ -422,3 +422,20 @@ def test_explain_confluent_kafka_errors(code: str, kind: str, grant: str) -> Non
         msg, got = explain_kafka_error(error, redactor=red, context="probing b:1")
         assert got == kind and grant in msg and msg.startswith("probing b:1: ")
         assert "pw1234" not in msg and code in msg and "\n" not in msg
+
+
+def test_settings_are_frozen_hashable_and_picklable() -> None:
+    import dataclasses
+    import pickle
+
+    s = load(*SCRAM, "linger.ms=3")
+    back = pickle.loads(pickle.dumps(s))
+    assert back == s and hash(back) == hash(s)
+    assert back.producer_conf() == s.producer_conf()
+    assert back.redactor.text("x s3cr3t-Pw") == "x ***"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.bootstrap_servers = "other:1"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        s.rdkafka_common["security.protocol"] = "PLAINTEXT"  # type: ignore[index]
+    with pytest.raises(ConfigError, match="keys revise sets itself"):
+        type(s)(bootstrap_servers="b:1", java={"group.id": "g"})
