@@ -50,6 +50,11 @@ _RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (
      "TLS handshake failed",
      "check security.protocol (SSL / SASL_SSL against a TLS listener), ssl.ca.location (the CA "
      "that signed the broker certificate) and ssl.endpoint.identification.algorithm"),
+    (("JAAS config", "Failed to create new KafkaAdminClient", "Failed to construct kafka",
+      "_INVALID_ARG", "Invalid value for configuration"),
+     "Kafka client settings rejected",
+     "check the Kafka client settings (--kafka-config / --kafka-option): sasl.jaas.config, "
+     "ssl.* files and values; revise run --print-config shows what each client gets"),
     (("_ALL_BROKERS_DOWN", "_TRANSPORT", "_RESOLVE", "_TIMED_OUT", "_MSG_TIMED_OUT",
       "_DESTROY", "TimeoutException", "Timed out waiting", "Connection refused",
       "UnknownHostException", "Failed to resolve", "Disconnected while requesting"),

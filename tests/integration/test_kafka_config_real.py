@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from revise.kafka_config import KafkaSettings, load_kafka_settings
-from revise.kafka_errors import KafkaAccessError, probe_kafka
+from revise.kafka_errors import KafkaAccessError, explain_kafka_error, probe_kafka
 from revise.redact import spark_redaction_conf
 
 PASSWORD = "Zq9-hunter-77"
@@ -104,6 +104,46 @@ def test_generated_settings_load_in_the_java_client(
     with pytest.raises(Py4JJavaError) as ei:
         _java_admin(spark, settings, broken)
     assert "jaas" in str(ei.value).lower()
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("jaas_ok", [True, False])
+def test_spark_source_with_sasl_options_fails_on_connection_not_jaas(
+    spark: Any, tmp_path: Path, jaas_ok: bool
+) -> None:
+    """A Spark Kafka source with the generated SASL_PLAINTEXT options, nothing listening.
+
+    With the generated jaas line the query ends in a connection timeout (Kafka unreachable);
+    with a broken one (control) Spark's Kafka client refuses to start instead.
+    """
+    from pyspark.errors import StreamingQueryException
+
+    settings = load_kafka_settings(
+        bootstrap_servers=f"127.0.0.1:{_closed_port()}",
+        options=["security.protocol=SASL_PLAINTEXT", "sasl.mechanism=SCRAM-SHA-512",
+                 "sasl.username=revise", f"sasl.password={PASSWORD}\\x\"y",
+                 "default.api.timeout.ms=3000", "request.timeout.ms=2000"],
+        environ={})
+    options = settings.spark_source_options()
+    if not jaas_ok:
+        options["kafka.sasl.jaas.config"] = options["kafka.sasl.jaas.config"].rstrip(";")
+    df = (spark.readStream.format("kafka").options(**options).option("subscribe", "t")
+          .option("fetchOffset.numRetries", "1").load())
+    query = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+             .start())
+    start = time.monotonic()
+    try:
+        with pytest.raises(StreamingQueryException) as ei:
+            query.awaitTermination(90)
+    finally:
+        query.stop()
+    assert time.monotonic() - start < 60
+    message, kind = explain_kafka_error(ei.value, redactor=settings.redactor)
+    assert PASSWORD not in message
+    if jaas_ok:
+        assert kind == "Kafka unreachable" and "Timed out waiting" in message
+    else:
+        assert kind == "Kafka client settings rejected" and "Timed out" not in message
 
 
 @pytest.mark.kafka
