@@ -20,6 +20,8 @@ librdkafka ``sasl.mechanisms=SCRAM-SHA-512, sasl.username=u, sasl.password=p``; 
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +34,8 @@ from revise.redact import Redactor, is_secret_key, redact_mapping
 
 __all__ = [
     "ENV_KAFKA_CONFIG",
+    "add_kafka_arguments",
+    "settings_from_args",
     "RESERVED_KEYS",
     "KafkaSettings",
     "Props",
@@ -249,6 +253,10 @@ class KafkaSettings:
         java = self._with_bootstrap(dict(self.java))
         return {f"kafka.{k}": v for k, v in java.items()}
 
+    def with_bootstrap(self, bootstrap_servers: str) -> KafkaSettings:
+        """The same settings for this bootstrap address (e.g. the embedded broker's)."""
+        return dataclasses.replace(self, bootstrap_servers=bootstrap_servers)
+
     @property
     def is_secured(self) -> bool:
         """Whether any SASL or TLS setting is in force."""
@@ -376,3 +384,28 @@ def render_client_configs(settings: KafkaSettings, configs: Mapping[str, Mapping
         lines.extend(f"{k}={settings.redactor.text(str(shown[k]))}" for k in sorted(shown))
         lines.append("")
     return "\n".join(lines)
+
+
+def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--kafka-config FILE`` and repeatable ``--kafka-option KEY=VALUE`` to a subcommand."""
+    parser.add_argument(
+        "--kafka-config", metavar="FILE",
+        help="Kafka client properties file (as Kafka's tools take with --command-config) for "
+             "every Kafka client; see docs/KAFKA_CONFIG.md")
+    parser.add_argument(
+        "--kafka-option", metavar="KEY=VALUE", action="append", default=[],
+        help="one Kafka client setting, wins over --kafka-config (repeatable)")
+
+
+def settings_from_args(
+    args: argparse.Namespace, *, bootstrap_servers: str | None = None
+) -> KafkaSettings:
+    """The settings of a parsed command line (see :func:`add_kafka_arguments`).
+
+    ``--kafka-option`` values that arrive as one text (from a ``REVISE_KAFKA_OPTION``
+    environment default) are split into lines.
+    """
+    raw = getattr(args, "kafka_option", None) or []
+    options = [o for o in raw.splitlines() if o.strip()] if isinstance(raw, str) else list(raw)
+    return load_kafka_settings(bootstrap_servers=bootstrap_servers,
+                               config_file=getattr(args, "kafka_config", None), options=options)

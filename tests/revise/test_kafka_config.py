@@ -439,3 +439,26 @@ def test_settings_are_frozen_hashable_and_picklable() -> None:
         s.rdkafka_common["security.protocol"] = "PLAINTEXT"  # type: ignore[index]
     with pytest.raises(ConfigError, match="keys revise sets itself"):
         type(s)(bootstrap_servers="b:1", java={"group.id": "g"})
+
+
+def test_cli_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from revise.kafka_config import add_kafka_arguments, settings_from_args
+
+    monkeypatch.delenv(ENV_KAFKA_CONFIG, raising=False)
+    f = tmp_path / "c.properties"
+    f.write_text("bootstrap.servers=file:1\nclient.id=a\n")
+    parser = argparse.ArgumentParser()
+    add_kafka_arguments(parser)
+    args = parser.parse_args(["--kafka-config", str(f), "--kafka-option", "client.id=b",
+                              "--kafka-option", "linger.ms=2"])
+    s = settings_from_args(args)
+    assert s.bootstrap_servers == "file:1" and s.admin_conf()["client.id"] == "b"
+    assert s.producer_conf()["linger.ms"] == "2"
+    assert s.with_bootstrap("emb:9").admin_conf()["bootstrap.servers"] == "emb:9"
+    env_text = argparse.Namespace(kafka_config=None, kafka_option="client.id=c\nlinger.ms=4\n")
+    s2 = settings_from_args(env_text, bootstrap_servers="x:1")
+    assert s2.admin_conf()["client.id"] == "c" and s2.producer_conf()["linger.ms"] == "4"
+    with pytest.raises(ConfigError, match="--bootstrap-servers 'x:1' and bootstrap.servers"):
+        settings_from_args(args, bootstrap_servers="x:1")
