@@ -212,3 +212,26 @@ def test_every_embedded_librdkafka_name_is_accepted() -> None:
     assert refused == []
     with pytest.raises(KafkaException, match="No such configuration property"):
         Producer({"bootstrap.servers": "127.0.0.1:1", "sasl.mechansim": "x"})
+
+
+def test_generated_settings_load_in_librdkafka(client_pem: dict[str, Path],
+                                               tmp_path: Path) -> None:
+    """librdkafka loads the translated CA, certificate and key (a bad PEM fails at creation)."""
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import AdminClient
+
+    keystore = tmp_path / "keystore.pem"
+    keystore.write_text(client_pem["key"].read_text() + client_pem["cert"].read_text())
+    port = _closed_port()
+    from_files = _secure_settings(client_pem, port)
+    from_java_pem = load_kafka_settings(
+        bootstrap_servers=f"127.0.0.1:{port}",
+        options=["security.protocol=SSL", "ssl.truststore.type=PEM",
+                 f"ssl.truststore.location={client_pem['cert']}", "ssl.keystore.type=PEM",
+                 f"ssl.keystore.location={keystore}"], environ={})
+    for settings in (from_files, from_java_pem):
+        Producer(settings.producer_conf()).flush(0)
+        AdminClient(settings.admin_conf())
+    bad = dict(from_java_pem.producer_conf(), **{"ssl.key.pem": "-----BEGIN PRIVATE KEY-----\nAA"})
+    with pytest.raises(KafkaException):
+        Producer(bad)
