@@ -25,14 +25,14 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check revise windows sinks tests
+	$(VENV)/bin/ruff check revise windows sinks tests benchmarks
 	$(VENV)/bin/mypy
 
 bench-engine: $(STAMP)
-	$(PY) -m revise.bench_engine
+	$(PY) -m benchmarks.bench_engine
 
 bench-job: $(STAMP)
-	$(PY) -m revise.bench_job
+	$(PY) -m benchmarks.bench_job
 
 clean:
 	rm -rf $(VENV) .jvm
