@@ -92,9 +92,10 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[str, Any]:
-    from revise.config import EngineConfig, Mode, WindowSpec
+    from revise.config import EngineConfig, WindowSpec
     from revise.jobconfig import JobConfig
-    from revise.spark.job import run_job
+    from revise.spark.driver import run_job
+    from revise.vocab import Mode
 
     mode: Mode = "watermark" if args.variant.startswith("watermark") else "revision"
     cfg = JobConfig(
@@ -110,7 +111,7 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
     t0 = time.monotonic()
     result = run_job(cfg, spark=spark)
     total = time.monotonic() - t0
-    first = result.progress[0] if result.progress else {}
+    first = result.first_progress or {}
     first_s = (first.get("durationMs") or {}).get("triggerExecution", 0) / 1000
     data_rows = result.input_records - cfg.shards  # the close-all commands are not input
     return {

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
+from revise.errors import ReviseError
+
 __all__ = [
     "LATEST_KEY",
     "MAX_TS_MS",
@@ -18,6 +20,9 @@ __all__ = [
     "WINDOW_BOUNDS",
     "Mode",
     "Timing",
+    "UnknownWord",
+    "as_mode",
+    "as_timing",
 ]
 
 Mode = Literal["revision", "watermark"]
@@ -41,5 +46,37 @@ LATEST_KEY: Final = ("query_id", *WINDOW_BOUNDS)
 TABLE_NAMES: Final = ("revisions", "latest", "late", "dead_letter")
 """The Delta tables under ``--delta-path`` (SPEC §5)."""
 
-VIEW_NAMES: Final = ("final_windows", "provisional_windows", "revision_history", "late_records")
-"""The SQL views over the Delta tables (SPEC §5)."""
+VIEW_NAMES: Final = (
+    "final_windows", "provisional_windows", "revision_history", "late_records", "dead_letters",
+)
+"""The SQL views users query over the Delta tables (SPEC §5, and ``dead_letters``)."""
+
+
+class UnknownWord(ReviseError, ValueError):
+    """A text that is not one of the vocabulary's words (a mode, a timing)."""
+
+
+def as_mode(text: object) -> Mode:
+    """``text`` as a :data:`Mode`.
+
+    Raises:
+        UnknownWord: ``text`` is not ``revision`` or ``watermark``.
+    """
+    for mode in MODES:
+        if text == mode:
+            return mode
+    msg = f"mode must be revision or watermark, got {text!r}"
+    raise UnknownWord(msg)
+
+
+def as_timing(text: object) -> Timing:
+    """``text`` as a :data:`Timing`.
+
+    Raises:
+        UnknownWord: ``text`` is not ``EARLY``, ``LATE`` or ``FINAL``.
+    """
+    for timing in TIMINGS:
+        if text == timing:
+            return timing
+    msg = f"timing must be EARLY, LATE or FINAL, got {text!r}"
+    raise UnknownWord(msg)
