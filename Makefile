@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml revise/infra/poms/kafka.xml revise/infra/poms/spark.xml
 	@command -v mvn >/dev/null || { echo "Maven is required (apt-get install maven)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,bench]'
 	$(PY) -m revise.infra.jars
 	@touch $(STAMP)
 

@@ -37,8 +37,13 @@ def setup_logging(verbose: bool = False) -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    # py4j logs the traceback of an exception raised in foreachBatch (e.g. a fenced zombie's)
+    # at ERROR, and Spark logs the same traceback when the query terminates: keep one of them.
+    for callback in ("py4j.clientserver", "py4j.java_gateway"):
+        logging.getLogger(callback).setLevel(logging.DEBUG if verbose else logging.CRITICAL)
+    if verbose:  # Spark's own INFO lines too (read by revise.spark.session)
+        os.environ.setdefault("REVISE_SPARK_LOG_LEVEL", "INFO")
 
 
 def build_parser() -> argparse.ArgumentParser:
