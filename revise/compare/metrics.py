@@ -386,6 +386,7 @@ def wallclock_latency(
 # --------------------------------------------------------------------------- grace what-if
 
 
+# Longer than ~60 lines: a docstring with the method, then one replay per grace factor.
 def grace_what_if(
     config: EngineConfig,
     records: pd.DataFrame,

@@ -25,6 +25,7 @@ __all__ = ["ROCKSDB_PROVIDER", "spark_session"]
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
+# Longer than ~60 lines: one Spark setting per line, each with its reason.
 def spark_session(
     app_name: str = "revise",
     *,

@@ -39,6 +39,7 @@ CLOSE_ALL = "close_all"
 """The control command that closes every open window of a shard."""
 
 
+# Longer than ~60 lines: the query's stages, top to bottom, as the module diagram draws them.
 def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataFrame:
     """The streaming DataFrame of the whole job up to (not including) the sink.
 

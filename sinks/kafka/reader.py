@@ -16,6 +16,8 @@ from sinks.kafka.errors import ChangelogError
 __all__ = ["by_partition_offset", "read_committed"]
 
 
+# Longer than ~60 lines: end offsets, then one poll loop whose exits (end reached, EOF,
+# timeout, errors) are easiest to check side by side.
 def read_committed(
     bootstrap_servers: str,
     topic: str,

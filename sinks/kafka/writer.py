@@ -287,6 +287,8 @@ class TransactionalChangelog:
 
     # ---- the commit ------------------------------------------------------------------------
 
+    # Longer than ~60 lines: the docstring carries steps 2a-2e of the commit sequence and
+    # the body follows them in order, numbered.
     def commit_batch(
         self,
         batch_id: int,
