@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml revise/infra/poms/kafka.xml revise/infra/poms/spark.xml
 	@command -v mvn >/dev/null || { echo "Maven is required (apt-get install maven)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,bench]'
 	$(PY) -m revise.infra.jars
 	@touch $(STAMP)
 
@@ -25,14 +25,14 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check revise windows sinks tests
+	$(VENV)/bin/ruff check revise windows sinks tests benchmarks
 	$(VENV)/bin/mypy
 
 bench-engine: $(STAMP)
-	$(PY) -m revise.bench_engine
+	$(PY) -m benchmarks.bench_engine
 
 bench-job: $(STAMP)
-	$(PY) -m revise.bench_job
+	$(PY) -m benchmarks.bench_job
 
 clean:
 	rm -rf $(VENV) .jvm

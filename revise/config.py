@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from revise.errors import ConfigError
+from revise.vocab import MODES, Mode, UnknownWord, as_mode
+from windows.aggregates import REGISTRY
 
 __all__ = [
     "AGGREGATE_NAMES",
@@ -23,14 +25,14 @@ __all__ = [
     "WindowSpec",
     "format_duration",
     "parse_aggs",
+    "parse_mode",
     "parse_duration",
 ]
 
 WindowKind = Literal["tumbling", "hopping", "session"]
-Mode = Literal["revision", "watermark"]
 
-AGGREGATE_NAMES: tuple[str, ...] = ("count", "sum", "min", "max", "mean")
-"""Aggregates a revision can carry (SPEC §4), in output column order."""
+AGGREGATE_NAMES: tuple[str, ...] = tuple(REGISTRY)
+"""Aggregates a revision can carry (SPEC §4), in output column order: the registry's names."""
 
 _UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)\s*$")
@@ -182,6 +184,19 @@ class WindowSpec:
         return f"session:{format_duration(self.gap_ms)}"
 
 
+def parse_mode(text: str) -> Mode:
+    """``"revision"`` or ``"watermark"`` as a :data:`~revise.vocab.Mode`.
+
+    Raises:
+        ConfigError: Any other text.
+    """
+    try:
+        return as_mode(text)
+    except UnknownWord:
+        msg = f"--mode {text!r} is not a mode; write --mode revision or --mode watermark"
+        raise ConfigError(msg) from None
+
+
 def parse_aggs(text: str) -> tuple[str, ...]:
     """Parse ``"count,sum"`` into ``("count", "sum")`` (case and spaces ignored).
 
@@ -243,7 +258,7 @@ class EngineConfig:
             raise ConfigError(msg)
         object.__setattr__(self, "aggs", tuple(self.aggs))
         _check_aggs(self.aggs, "aggs")
-        if self.mode not in get_args(Mode):
+        if self.mode not in MODES:
             msg = f"mode must be revision or watermark, got {self.mode!r}"
             raise ConfigError(msg)
         if not isinstance(self.query_id, str) or not self.query_id.strip():

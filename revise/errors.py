@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "InfraError", "ReviseError", "StateSchemaMismatch"]
+__all__ = ["ConfigError", "InfraError", "ReviseError", "SetupError", "StateSchemaMismatch"]
 
 
 class ReviseError(Exception):
@@ -22,3 +22,11 @@ class StateSchemaMismatch(ReviseError):
 
 class InfraError(ReviseError, RuntimeError):
     """A real system the job needs (Java, Maven, Kafka broker, Spark) is missing or unusable."""
+
+
+class SetupError(InfraError):
+    """The machine lacks something the user must provide (Java, Maven, a port, a folder).
+
+    Java or Maven missing, a port in use, a folder not writable: the CLI maps it to exit code
+    2 (a usage problem), other InfraErrors to 1.
+    """

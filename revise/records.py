@@ -27,6 +27,10 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from revise.errors import ReviseError
+from revise.vocab import TIMINGS, Mode, Timing, as_mode, as_timing
+from windows.aggregates import REGISTRY
+
 __all__ = [
     "AGG_FIELDS",
     "DEAD_LETTER_SCHEMA",
@@ -35,18 +39,25 @@ __all__ = [
     "REVISION_SCHEMA",
     "TIMINGS",
     "DeadLetter",
+    "RecordError",
     "LateBatch",
     "LateRecord",
     "Revision",
     "RevisionBatch",
 ]
 
-AGG_FIELDS: tuple[str, ...] = ("count", "sum", "min", "max", "mean")
+AGG_FIELDS: tuple[str, ...] = tuple(REGISTRY)
+"""The aggregate columns of a revision: the names in :data:`windows.aggregates.REGISTRY`."""
 PREV_FIELDS: tuple[str, ...] = tuple(f"prev_{a}" for a in AGG_FIELDS)
-TIMINGS: tuple[str, ...] = ("EARLY", "LATE", "FINAL")
 
-_AGG_TYPES = {"count": pa.int64(), "sum": pa.float64(), "min": pa.float64(),
-              "max": pa.float64(), "mean": pa.float64()}
+
+
+class RecordError(ReviseError, ValueError):
+    """Record batches that cannot be combined (e.g. of different queries)."""
+
+
+# ``count`` is a long, every other aggregate a double (SPEC §4).
+_AGG_TYPES = {a: pa.int64() if a == "count" else pa.float64() for a in AGG_FIELDS}
 
 REVISION_SCHEMA = pa.schema(
     [
@@ -118,12 +129,12 @@ class Revision:
     """
 
     query_id: str
-    mode: str
+    mode: Mode
     key: str
     window_start_ms: int
     window_end_ms: int
     revision: int
-    timing: str
+    timing: Timing
     is_final: bool
     retracted: bool
     count: int | None
@@ -151,12 +162,12 @@ class Revision:
         """Inverse of :meth:`to_row`; also accepts Arrow / pandas rows (numpy scalars)."""
         return Revision(
             query_id=str(row["query_id"]),
-            mode=str(row["mode"]),
+            mode=as_mode(row["mode"]),
             key=str(row["key"]),
             window_start_ms=int(row["window_start_ms"]),
             window_end_ms=int(row["window_end_ms"]),
             revision=int(row["revision"]),
-            timing=str(row["timing"]),
+            timing=as_timing(row["timing"]),
             is_final=bool(row["is_final"]),
             retracted=bool(row["retracted"]),
             count=_opt_int(row["count"]),
@@ -272,7 +283,7 @@ class RevisionBatch:
     """
 
     query_id: str
-    mode: str
+    mode: Mode
     aggs: tuple[str, ...]
     key: npt.NDArray[np.object_]
     window_start_ms: npt.NDArray[np.int64]
@@ -324,7 +335,7 @@ class RevisionBatch:
         return RevisionBatch(self.query_id, self.mode, self.aggs, **cols)
 
     @staticmethod
-    def empty(query_id: str = "revise", mode: str = "revision",
+    def empty(query_id: str = "revise", mode: Mode = "revision",
               aggs: tuple[str, ...] = AGG_FIELDS) -> RevisionBatch:
         """A batch with no rows."""
         cols: dict[str, Any] = {}
@@ -352,7 +363,7 @@ class RevisionBatch:
                     "cannot concat revision batches of different query_id/mode/aggs: "
                     f"{(first.query_id, first.mode, first.aggs)} vs {(b.query_id, b.mode, b.aggs)}"
                 )
-                raise ValueError(msg)
+                raise RecordError(msg)
         if len(batches) == 1:
             return first
         cols = {f: np.concatenate([getattr(b, f) for b in batches]) for f in first.ARRAY_FIELDS}
@@ -396,7 +407,7 @@ class RevisionBatch:
 
     @staticmethod
     def from_records(records: Sequence[Revision], *, query_id: str = "revise",
-                     mode: str = "revision",
+                     mode: Mode = "revision",
                      aggs: tuple[str, ...] | None = None) -> RevisionBatch:
         """Columns from :class:`Revision` rows (all of one query_id and mode).
 

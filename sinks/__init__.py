@@ -1,69 +1,23 @@
 """Outputs of revise: the transactional Kafka changelog and the Delta Lake tables.
 
-Both are written by the job's driver from one micro-batch held as Arrow tables, Kafka first:
+Both are written by the job's driver from one micro-batch held as Arrow tables, Kafka first
+(steps 2 and 3 of the commit sequence, numbered in ``revise.spark.committer.BatchCommitter``):
 
-- :mod:`sinks.kafka_changelog` — one Kafka transaction per micro-batch (revisions, too-late
-  records, dead letters and a progress marker), ``transactional.id`` = ``revise-<query_id>``;
-  a batch whose marker is committed is skipped on replay.
+- :mod:`sinks.kafka` — one Kafka transaction per micro-batch (revisions, too-late records,
+  dead letters and a progress marker), ``transactional.id`` = ``revise-<query_id>``; a batch
+  whose marker is committed is skipped on replay. Guarantee: a ``read_committed`` consumer sees
+  every revision exactly once, a window's revisions in order.
 - :mod:`sinks.delta_tables` — the tables ``revisions``, ``latest``, ``late``, ``dead_letter``
   written by delta-rs, each write tagged with the app transaction (query, batch) so a replay
-  changes nothing; the SQL views over them (read by Spark).
+  changes nothing. (Reading them with Spark is the query side's: :mod:`revise.query.views`.)
 
-Each module's docstring states its guarantee and how it holds. This is the only package that
-imports ``confluent_kafka`` and ``deltalake`` for writing; it knows revise's record types
-(:mod:`revise.records`) and nothing else of it. The Delta module is imported lazily.
+Each module's docstring states its guarantee and how it holds. ``sinks`` writes revise's
+outputs (the changelog, the late and dead-letter topics, the Delta tables) and creates their
+topics; the only other Kafka writer is the test-input generator (:mod:`revise.generate`). It
+knows revise's record types, errors and vocabulary (:mod:`revise.records`,
+:mod:`revise.errors`, :mod:`revise.vocab`) and nothing else of it. Import the submodules
+directly (``from sinks.kafka import …``); this package root imports nothing, so a reader of
+Kafka does not load delta-rs and the reverse.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-from sinks.kafka_changelog import (
-    ChangelogCommitError,
-    ChangelogConfig,
-    ChangelogError,
-    CommitResult,
-    ProducerFencedError,
-    TransactionalChangelog,
-    decode_dead_letter,
-    decode_late,
-    decode_revision,
-    encode_dead_letters,
-    encode_late,
-    encode_revisions,
-    read_committed,
-)
-
-if TYPE_CHECKING:
-    from sinks.delta_tables import VIEW_NAMES, DeltaTables, register_views, view_sql
-
-__all__ = [
-    "VIEW_NAMES",
-    "ChangelogCommitError",
-    "ChangelogConfig",
-    "ChangelogError",
-    "CommitResult",
-    "DeltaTables",
-    "ProducerFencedError",
-    "TransactionalChangelog",
-    "decode_dead_letter",
-    "decode_late",
-    "decode_revision",
-    "encode_dead_letters",
-    "encode_late",
-    "encode_revisions",
-    "read_committed",
-    "register_views",
-    "view_sql",
-]
-
-_DELTA = {"VIEW_NAMES", "DeltaTables", "register_views", "view_sql"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _DELTA:
-        from sinks import delta_tables
-
-        return getattr(delta_tables, name)
-    msg = f"module 'sinks' has no attribute {name!r}"
-    raise AttributeError(msg)
+__all__: list[str] = []

@@ -1,4 +1,4 @@
-"""The Delta Lake tables of a query and the SQL views over them (SPEC §5).
+"""The Delta Lake tables of a query, written from the driver with delta-rs (SPEC §5).
 
 Under one ``path``::
 
@@ -25,6 +25,10 @@ no data change). If another writer commits the same app id between that read and
 ``latest`` is also idempotent by itself: it only replaces a row with a strictly higher
 revision, so a replay of the same revisions changes nothing.
 
+Its place in the commit of a micro-batch is step 3 of ``revise.spark.committer.BatchCommitter``
+(3a–3d below). Reading the tables with Spark (the views, time travel) is the query side's:
+:mod:`revise.query.views`.
+
 Trace (tumbling 10 s, window ``[0, 10000)`` of key ``a``): batch 3 writes rev 0 (EARLY) →
 ``latest`` holds rev 0; batch 5 writes rev 1 (LATE) → rev 1 replaces it; batch 5 replayed →
 skipped (app version 5 ≤ 5); a stray rev 0 → ignored (0 < 1).
@@ -32,7 +36,6 @@ skipped (app version 5 ≤ 5); a stray rev 0 → ignored (0 < 1).
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -45,29 +48,22 @@ import pyarrow.compute as pc
 
 from revise.errors import ReviseError
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from revise.vocab import LATEST_KEY, TABLE_NAMES
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable as RustDeltaTable
     from deltalake.transaction import CommitProperties
-    from pyspark.sql import SparkSession
-    from pyspark.sql.types import StructType
 
 __all__ = [
-    "TABLE_NAMES",
-    "VIEW_NAMES",
-    "WINDOW_ID",
+    "COMPACT_LATEST_EVERY",
+    "DeltaSchemaError",
     "DeltaTables",
     "DeltaWriteError",
     "WriteTimings",
     "arrow_schema",
-    "register_views",
-    "table_schema",
-    "view_sql",
+    "highest_per_window",
 ]
 
-TABLE_NAMES: Final = ("revisions", "latest", "late", "dead_letter")
-WINDOW_ID: Final = ("query_id", "key", "window_start_ms", "window_end_ms")
-"""The identity of a window in ``latest`` (and the MERGE key)."""
 
 _APPEND_ONLY: Final = {"delta.appendOnly": "true", "delta.checkpointInterval": "20"}
 _PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
@@ -81,24 +77,12 @@ _PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
 COMPACT_LATEST_EVERY: Final = 50
 """Compact ``latest``'s small files after this many MERGEs (each MERGE adds a few files)."""
 
-# view name → (table, filter)
-_VIEWS: Final[Mapping[str, tuple[str, str | None]]] = {
-    "final_windows": ("latest", "is_final"),
-    "provisional_windows": ("latest", "NOT is_final"),
-    "revision_history": ("revisions", None),
-    "late_records": ("late", None),
-    "dead_letters": ("dead_letter", None),
-    "revisions": ("revisions", None),
-    "latest": ("latest", None),
-    "late": ("late", None),
-    "dead_letter": ("dead_letter", None),
-}
-VIEW_NAMES: Final = tuple(_VIEWS)
-"""Every view :func:`register_views` creates: the SPEC §5 views, then the raw tables."""
-
-
 class DeltaWriteError(ReviseError, RuntimeError):
     """A Delta write of a micro-batch failed (the batch is safe to replay)."""
+
+
+class DeltaSchemaError(ReviseError, ValueError):
+    """A table name that is not one of revise's Delta tables."""
 
 
 def _with_query_id(schema: pa.Schema) -> pa.Schema:
@@ -114,14 +98,7 @@ def arrow_schema(table: str) -> pa.Schema:
     if table == "dead_letter":
         return _with_query_id(DEAD_LETTER_SCHEMA)
     msg = f"unknown Delta table {table!r}; expected one of {TABLE_NAMES}"
-    raise ValueError(msg)
-
-
-def table_schema(table: str) -> StructType:
-    """The Spark schema of one of :data:`TABLE_NAMES` (what Spark reads back)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(arrow_schema(table))
+    raise DeltaSchemaError(msg)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +152,7 @@ class DeltaTables:
             )
         return self
 
+    # Longer than ~60 lines: the docstring carries steps 3a-3d of the commit sequence.
     def write_batch(
         self,
         query_id: str,
@@ -191,15 +169,17 @@ class DeltaTables:
         ``(appId="revise-<query_id>", version=batch_id)`` and skipped when the table's log
         already holds that app id at ``batch_id`` or higher. Empty inputs are not written (a
         replay of the same deterministic batch is empty too, so skipping keeps replays no-ops).
-        The four writes run concurrently (separate tables, separate logs):
+        The four writes, sub-steps of step 3 of the commit sequence
+        (``revise.spark.committer.BatchCommitter``), run concurrently (separate tables,
+        separate logs):
 
-        a. append ``revisions`` to ``revisions``;
-        b. append ``late`` (+ ``query_id``) to ``late``;
-        c. append ``dead_letters`` (+ ``query_id``) to ``dead_letter``;
-        d. MERGE ``revisions`` into ``latest`` on :data:`WINDOW_ID`, after keeping only the
-           highest revision per window: a higher retracted revision deletes the row, a higher
-           one replaces it, a new window is inserted unless retracted; equal or lower revisions
-           change nothing.
+        3a. append ``revisions`` to ``revisions``;
+        3b. append ``late`` (+ ``query_id``) to ``late``;
+        3c. append ``dead_letters`` (+ ``query_id``) to ``dead_letter``;
+        3d. MERGE ``revisions`` into ``latest`` on ``LATEST_KEY``, after keeping only the
+            highest revision per window: a higher retracted revision deletes the row, a higher
+            one replaces it, a new window is inserted unless retracted; equal or lower
+            revisions change nothing.
 
         Args:
             query_id: The job's stable id.
@@ -208,7 +188,7 @@ class DeltaTables:
                 cast to the table's).
             late: Too-late records with the SPEC §6 late columns.
             dead_letters: Dead letters with the SPEC §6 columns.
-            after_table: Called with each table's name after its write, in the order a–d (crash
+            after_table: Called with each table's name after its write, in the order 3a–3d (crash
                 tests kill the process there, with the other writes in any state).
 
         Raises:
@@ -224,13 +204,13 @@ class DeltaTables:
                 after_table(table)
 
         writes: dict[str, Callable[[], float]] = {
-            # (a)(b)(c) idempotent appends
+            # 3a, 3b, 3c: idempotent appends
             "revisions": lambda: self._append("revisions", revisions, app_id, batch_id),
             "late": lambda: self._append("late", _add_query_id(late, query_id), app_id, batch_id),
             "dead_letter": lambda: self._append(
                 "dead_letter", _add_query_id(dead_letters, query_id), app_id, batch_id
             ),
-            # (d) MERGE into latest, same app transaction
+            # 3d. MERGE into latest, same app transaction
             "latest": lambda: self._merge_latest(revisions, app_id, batch_id),
         }
         try:
@@ -316,7 +296,7 @@ class DeltaTables:
         starts = source.column("window_start_ms")
         lo, hi = pc.min(starts).as_py(), pc.max(starts).as_py()
         # The range bound lets delta-rs skip files of windows this batch cannot touch.
-        on = " AND ".join(f"t.{c} = s.{c}" for c in WINDOW_ID) + (
+        on = " AND ".join(f"t.{c} = s.{c}" for c in LATEST_KEY) + (
             f" AND t.window_start_ms >= {int(lo)} AND t.window_start_ms <= {int(hi)}"
         )
 
@@ -345,17 +325,17 @@ class DeltaTables:
 
 
 def highest_per_window(revisions: pa.Table) -> pa.Table:
-    """One row per :data:`WINDOW_ID`: the one with the highest ``revision`` (first on ties)."""
+    """One row per :data:`LATEST_KEY`: the one with the highest ``revision`` (first on ties)."""
     if revisions.num_rows <= 1:
         return revisions
     order = pc.sort_indices(
         revisions,
-        sort_keys=[*((c, "ascending") for c in WINDOW_ID), ("revision", "descending")],
+        sort_keys=[*((c, "ascending") for c in LATEST_KEY), ("revision", "descending")],
     )
     ordered = revisions.take(order)
     new_group = np.zeros(ordered.num_rows, dtype=bool)
     new_group[0] = True
-    for c in WINDOW_ID:
+    for c in LATEST_KEY:
         col = ordered.column(c).combine_chunks()
         differs = pc.not_equal(col.slice(1), col.slice(0, len(col) - 1))
         new_group[1:] |= differs.to_numpy(zero_copy_only=False)
@@ -376,91 +356,3 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 # --------------------------------------------------------------------------------------------
 # Views
 # --------------------------------------------------------------------------------------------
-
-
-def _quote_path(path: str) -> str:
-    return "delta.`" + path.replace("`", "``") + "`"
-
-
-def view_sql(
-    name: str,
-    path: str,
-    version: int | None = None,
-    timestamp: str | dt.datetime | None = None,
-) -> str:
-    """The SQL of view ``name`` over the tables under ``path``, optionally time-travelled.
-
-    Args:
-        name: One of :data:`VIEW_NAMES`.
-        path: The Delta root (``--delta-path``).
-        version: Read the view's table as of this Delta version of that table.
-        timestamp: Or as of this time (``'2026-11-21 10:00:00'`` or a datetime, UTC).
-
-    Returns:
-        ``SELECT * FROM delta.`<path>/<table>` [VERSION|TIMESTAMP AS OF …] [WHERE …]``.
-    """
-    if name not in _VIEWS:
-        msg = f"unknown view {name!r}; expected one of {VIEW_NAMES}"
-        raise ValueError(msg)
-    if version is not None and timestamp is not None:
-        msg = "give a version or a timestamp to time-travel to, not both"
-        raise ValueError(msg)
-    table, where = _VIEWS[name]
-    sql = f"SELECT * FROM {_quote_path(str(path).rstrip('/') + '/' + table)}"
-    if version is not None:
-        sql += f" VERSION AS OF {int(version)}"
-    elif timestamp is not None:
-        ts = timestamp.isoformat(sep=" ") if isinstance(timestamp, dt.datetime) else timestamp
-        sql += " TIMESTAMP AS OF '" + str(ts).replace("'", "''") + "'"
-    if where:
-        sql += f" WHERE {where}"
-    return sql
-
-
-def register_views(
-    spark: SparkSession,
-    path: str,
-    *,
-    version: int | None = None,
-    timestamp: str | dt.datetime | None = None,
-) -> list[str]:
-    """Create (or replace) the temp views of :data:`VIEW_NAMES` over the tables under ``path``.
-
-    ``final_windows`` = latest where is_final; ``provisional_windows`` = latest where not
-    is_final; ``revision_history`` = revisions; ``late_records`` = late; ``dead_letters`` =
-    dead_letter; plus each raw table under its own name.
-
-    Time travel: ``timestamp`` reads every table as of that time. ``version`` is a version of
-    ``latest`` (the table a ``--as-of-version`` user asks about); the other tables are read at
-    their last version committed no later than that ``latest`` version, so all views show one
-    moment (each table has its own version numbers).
-
-    Returns:
-        The view names.
-    """
-    root = str(path).rstrip("/")
-    versions: dict[str, int | None] = dict.fromkeys(TABLE_NAMES)
-    if version is not None:
-        versions = _versions_at_latest(spark, root, version)
-    for name, (table, _) in _VIEWS.items():
-        sql = view_sql(name, root, version=versions[table], timestamp=timestamp)
-        spark.sql(f"CREATE OR REPLACE TEMP VIEW `{name}` AS {sql}")
-    return list(VIEW_NAMES)
-
-
-def _versions_at_latest(spark: SparkSession, root: str, version: int) -> dict[str, int | None]:
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    hist = DeltaTable.forPath(spark, f"{root}/latest").history()
-    row = hist.where(F.col("version") == version).select("timestamp").first()
-    if row is None:
-        msg = f"{root}/latest has no version {version}; see DESCRIBE HISTORY for its versions"
-        raise ValueError(msg)
-    at = row["timestamp"]
-    out: dict[str, int | None] = {"latest": version}
-    for table in ("revisions", "late", "dead_letter"):
-        h = DeltaTable.forPath(spark, f"{root}/{table}").history()
-        best = h.where(F.col("timestamp") <= F.lit(at)).agg(F.max("version")).first()
-        out[table] = int(best[0]) if best is not None and best[0] is not None else 0
-    return out

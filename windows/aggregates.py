@@ -10,8 +10,12 @@ share it in an :class:`AggregateSet`, so a window holds each column once.
 Every aggregate carries a ``version``; stored state records ``name:version`` pairs so a changed
 meaning can never silently reuse old state.
 
-Adding an aggregate is a local change: define its state columns and result, then
-:func:`register` it, e.g. a population variance::
+Defining an aggregate is local to this module: its state columns and result, then
+:func:`register`. The names registered when this module is imported are the aggregates revise
+offers: ``revise.config.AGGREGATE_NAMES`` (what ``--aggs`` accepts) and the output columns of
+``revise.records`` (a double each, ``count`` a long, plus ``prev_*``) derive from
+:data:`REGISTRY`, so a new one becomes a new revision column (a change of the SPEC §4
+contract, to be made with it). E.g. a population variance::
 
     SUMSQ = StateColumn("sumsq", np.float64, np.add, 0.0, lambda v: v * v)
     register(Aggregate("variance", 1, (COUNT, SUM, SUMSQ),

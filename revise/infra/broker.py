@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from revise.errors import InfraError
+from revise.errors import InfraError, SetupError
 from revise.infra.jars import classpath
 
 __all__ = ["BrokerCluster", "BrokerError", "default_home", "start", "status", "stop"]
@@ -42,6 +42,10 @@ _STOP_TIMEOUT_S = 30.0
 
 class BrokerError(InfraError):
     """The embedded broker cannot be started, reached or stopped."""
+
+
+class BrokerSetupError(BrokerError, SetupError):
+    """The machine lacks what the broker needs (Java, a free port, a writable folder): exit 2."""
 
 
 def default_home() -> Path:
@@ -139,7 +143,7 @@ def _java() -> str:
             "Java is not installed or not on PATH; the embedded Kafka broker and Spark need "
             "Java 17. Install it (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME."
         )
-        raise BrokerError(msg)
+        raise BrokerSetupError(msg)
     return found
 
 
@@ -222,7 +226,7 @@ def _check_writable(path: Path) -> None:
             f"the broker's log directory {path} is not writable ({exc.strerror}); "
             "pass --home to a folder you can write or fix its permissions"
         )
-        raise BrokerError(msg) from exc
+        raise BrokerSetupError(msg) from exc
 
 
 def _run_java(
@@ -344,7 +348,7 @@ def start(
                 f"port {p} on 127.0.0.1 is already in use by another process; "
                 "pass --port with a free port or stop that process"
             )
-            raise BrokerError(msg)
+            raise BrokerSetupError(msg)
     voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_p, c) in enumerate(ports))
     started: list[BrokerNode] = []
     try:

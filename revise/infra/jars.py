@@ -23,7 +23,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from revise.errors import InfraError
+from revise.errors import InfraError, SetupError
 
 __all__ = ["JVM_CLASSPATHS", "classpath", "jvm_dir", "resolve", "resolve_all"]
 
@@ -74,7 +74,7 @@ def resolve(name: str, *, quiet: bool = True) -> Path:
             "Maven (mvn) is not on PATH; it resolves the Kafka broker and Spark's Kafka/Delta "
             "jars. Install it (apt-get install maven) and run `python -m revise.infra.jars`."
         )
-        raise InfraError(msg)
+        raise SetupError(msg)
     staging = target.with_name(f".{name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

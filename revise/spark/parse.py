@@ -52,6 +52,8 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# Longer than ~60 lines: one Spark expression per rejection reason, in the order they are
+# checked (the first failing check names the reason); the chain reads best in one place.
 def classify(
     raw: DataFrame,
     *,

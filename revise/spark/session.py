@@ -25,6 +25,7 @@ __all__ = ["ROCKSDB_PROVIDER", "spark_session"]
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
+# Longer than ~60 lines: one Spark setting per line, each with its reason.
 def spark_session(
     app_name: str = "revise",
     *,
@@ -78,6 +79,9 @@ def spark_session(
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         "spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"],
         "spark.python.worker.reuse": "true",
+        # The job's plans have ~40 columns: print them whole, without a warning that they
+        # were truncated at the default 25 fields.
+        "spark.sql.debug.maxToStringFields": "200",
     }
     conf.update(extra_conf or {})
     builder = SparkSession.builder.appName(app_name)
@@ -86,5 +90,30 @@ def spark_session(
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("REVISE_SPARK_LOG_LEVEL", "WARN"))
+    level = os.environ.get("REVISE_SPARK_LOG_LEVEL", "WARN")
+    spark.sparkContext.setLogLevel(level)
+    if level.upper() in ("WARN", "ERROR"):
+        _quiet_loggers(spark, QUIET_LOGGERS)
     return spark
+
+
+QUIET_LOGGERS = {
+    # "Failed to cancel job group … Cannot find active jobs for it": stopping a query between
+    # micro-batches (what the driver aims for) has no job to cancel.
+    "org.apache.spark.scheduler.DAGScheduler": "ERROR",
+}
+"""Spark loggers raised to a higher level unless ``REVISE_SPARK_LOG_LEVEL`` is INFO or lower
+(``revise -v`` sets INFO)."""
+
+
+def _quiet_loggers(spark: SparkSession, levels: dict[str, str]) -> None:
+    """Set log4j2 levels of single Spark loggers (best effort: a missing API is ignored)."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        return
+    try:
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        for name, level in levels.items():
+            configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.valueOf(level))
+    except Exception:  # noqa: BLE001 - a different logging backend: keep Spark's levels
+        return

@@ -29,7 +29,7 @@ from deltalake import DeltaTable
 
 from revise.config import EngineConfig, WindowSpec
 from revise.jobconfig import JobConfig
-from sinks.kafka_changelog import decode_dead_letter, decode_late, decode_revision, read_committed
+from sinks.kafka import decode_dead_letter, decode_late, decode_revision, read_committed
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_TS = 2**53

@@ -15,7 +15,7 @@ import pytest
 from integration_support import REPO, check_run
 
 from revise.generate import GeneratorConfig, generate, produce
-from revise.spark.job import run_job
+from revise.spark.driver import run_job
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta]
 

@@ -37,7 +37,7 @@ class Run:
 
 @pytest.fixture(scope="module")
 def run(kafka_bootstrap: str, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    from revise.spark.job import run_job
+    from revise.spark.driver import run_job
 
     tmp = tmp_path_factory.mktemp("query")
     topic = f"query-in-{uuid.uuid4().hex[:8]}"

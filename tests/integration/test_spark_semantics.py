@@ -1,4 +1,4 @@
-"""Pins the Spark behaviour the job is built on (Spark 4.2, see revise/spark/job.py's docstring).
+"""Pins the Spark behaviour the job is built on (Spark 4.2, see revise/spark/driver.py's docstring).
 
 ``applyInPandasWithState`` with ``ProcessingTimeTimeout`` on a query with ``withWatermark``:
 
@@ -30,7 +30,7 @@ import json
 import pytest
 from integration_support import Outputs, check_run, spark_batches
 
-from revise.spark.job import run_job
+from revise.spark.driver import run_job
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta]
 

@@ -22,7 +22,7 @@ import math
 import pandas as pd
 import pytest
 
-from revise.compare_metrics import (
+from revise.compare.metrics import (
     accuracy_over_time,
     grace_what_if,
     percentiles,
@@ -203,7 +203,7 @@ def test_grace_what_if_follows_the_real_batch_split() -> None:
 
 
 def test_first_batch_watermark_is_anchored(revision_mode: pd.DataFrame) -> None:
-    from revise.compare_metrics import anchor_initial_watermark
+    from revise.compare.metrics import anchor_initial_watermark
 
     early = revision_mode.copy()
     early.loc[early["watermark_ms"] == 2000, "watermark_ms"] = 0  # b's rev 0 in batch 0

@@ -17,24 +17,24 @@ def _late(n: int, offset0: int = 0) -> pa.Table:
 
 
 def test_chunks_decode_back_to_one_table_per_kind_in_order(monkeypatch: pytest.MonkeyPatch):
-    from revise.spark import job
+    from revise.spark import operator
 
-    monkeypatch.setattr(job, "_CHUNK_ROWS", 3)
+    monkeypatch.setattr(operator, "CHUNK_ROWS", 3)
     first, second = _late(7), _late(2, offset0=100)
     # A shard's outputs as the operator gathers them: kinds without rows, or with no tables
     # at all, give no chunk.
-    frame = job.encode_output({"revision": [REVISION_SCHEMA.empty_table()],
-                               "late": [first, _late(0), second], "dead": []})
+    frame = operator.encode_output(revisions=[REVISION_SCHEMA.empty_table()],
+                                   late=[first, _late(0), second], dead=[])
     assert frame is not None
     assert frame["kind"].tolist() == ["late"] * 3 and frame["rows"].tolist() == [3, 3, 3]
-    out = job.decode_output(pa.Table.from_pandas(frame, preserve_index=False))
-    assert out["late"].equals(pa.concat_tables([first, second]))  # rows and order kept
-    assert out["revision"].schema == REVISION_SCHEMA and out["revision"].num_rows == 0
-    assert out["dead"].schema == DEAD_LETTER_SCHEMA and out["dead"].num_rows == 0
+    out = operator.decode_output(pa.Table.from_pandas(frame, preserve_index=False))
+    assert out.late.equals(pa.concat_tables([first, second]))  # rows and order kept
+    assert out.revisions.schema == REVISION_SCHEMA and out.revisions.num_rows == 0
+    assert out.dead.schema == DEAD_LETTER_SCHEMA and out.dead.num_rows == 0
 
 
 def test_a_shard_without_output_yields_nothing():
-    from revise.spark import job
+    from revise.spark import operator
 
-    assert job.encode_output({"revision": [REVISION_SCHEMA.empty_table()], "late": [],
-                              "dead": []}) is None
+    assert operator.encode_output(revisions=[REVISION_SCHEMA.empty_table()], late=[],
+                                  dead=[]) is None

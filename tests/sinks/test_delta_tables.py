@@ -9,15 +9,10 @@ import pyarrow as pa
 import pytest
 from delta.tables import DeltaTable
 
+from revise.query.views import REGISTERED_VIEWS, register_views, table_schema, view_sql
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
-from sinks.delta_tables import (
-    TABLE_NAMES,
-    VIEW_NAMES,
-    DeltaTables,
-    register_views,
-    table_schema,
-    view_sql,
-)
+from revise.vocab import TABLE_NAMES
+from sinks.delta_tables import DeltaTables
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -190,7 +185,7 @@ def test_views_and_time_travel(spark, delta_path, frames, make_revision, make_la
     tables.write_batch("q", 1, frames.revisions([r("a", 0, 10_000, 1, timing="FINAL")]),
                        frames.late([make_late("a")]), frames.dead())
 
-    assert register_views(spark, str(delta_path)) == list(VIEW_NAMES)
+    assert register_views(spark, str(delta_path)) == list(REGISTERED_VIEWS)
 
     def rows(sql):
         return sorted(tuple(x) for x in spark.sql(sql).collect())

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from revise.records import REVISION_SCHEMA
-from sinks.kafka_changelog import (
+from sinks.kafka import (
     ChangelogCommitError,
     ChangelogConfig,
     ProducerFencedError,
@@ -80,7 +80,7 @@ def test_encode_decode_round_trip(make_revision, make_late, make_dead, rev_table
 
 
 def test_encode_rejects_a_table_without_spec_fields(rev_table, make_revision):
-    from sinks.kafka_changelog import ChangelogEncodeError
+    from sinks.kafka import ChangelogEncodeError
 
     with pytest.raises(ChangelogEncodeError, match="revision"):
         encode_revisions(rev_table([make_revision()]).drop_columns(["revision"]))

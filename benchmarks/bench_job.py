@@ -1,4 +1,4 @@
-"""Benchmark of the streaming job (issue 4): ``python -m revise.bench_job``.
+"""Benchmark of the streaming job (issue 4): ``python -m benchmarks.bench_job``.
 
 On one topic of generated events (default 2M events, 10,000 keys, tumbling 10 s windows, 1 %
 late, batches of ``--batch`` records) it runs, each in a fresh process (own JVM, own peak
@@ -92,9 +92,10 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[str, Any]:
-    from revise.config import EngineConfig, Mode, WindowSpec
+    from revise.config import EngineConfig, WindowSpec
     from revise.jobconfig import JobConfig
-    from revise.spark.job import run_job
+    from revise.spark.driver import run_job
+    from revise.vocab import Mode
 
     mode: Mode = "watermark" if args.variant.startswith("watermark") else "revision"
     cfg = JobConfig(
@@ -110,7 +111,7 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
     t0 = time.monotonic()
     result = run_job(cfg, spark=spark)
     total = time.monotonic() - t0
-    first = result.progress[0] if result.progress else {}
+    first = result.first_progress or {}
     first_s = (first.get("durationMs") or {}).get("triggerExecution", 0) / 1000
     data_rows = result.input_records - cfg.shards  # the close-all commands are not input
     return {
@@ -196,7 +197,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: generate the input, run every variant in its own process, print figures."""
-    p = argparse.ArgumentParser(prog="python -m revise.bench_job", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_job", description=__doc__)
     p.add_argument("--events", type=int, default=2_000_000)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--batch", type=int, default=500_000, help="max records per micro-batch")
@@ -227,7 +228,7 @@ def _child(
     args: argparse.Namespace, variant: str, topic: str, work: Path, bootstrap: str
 ) -> dict[str, Any] | None:
     """Run one variant in a fresh process; its figures, or None (reported) if it failed."""
-    cmd = [sys.executable, "-m", "revise.bench_job", "--variant", variant, "--topic", topic,
+    cmd = [sys.executable, "-m", "benchmarks.bench_job", "--variant", variant, "--topic", topic,
            "--work", str(work), "--bootstrap", bootstrap, "--batch", str(args.batch),
            "--shards", str(args.shards), "--window", args.window, "--grace", args.grace]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False,

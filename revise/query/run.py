@@ -1,4 +1,4 @@
-"""``revise query``: SQL over the views of a run's Delta tables, optionally time-travelled.
+"""SQL over the views of a run's Delta tables, optionally time-travelled.
 
 The views (SPEC §5), registered by :func:`open_views` in a Spark session:
 
@@ -30,34 +30,26 @@ error (exit 2) with a one-line message that names the views; never a Java stack 
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import io
 import json
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from revise.errors import ConfigError
+from revise.vocab import TABLE_NAMES, VIEW_NAMES
 
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import SparkSession
 
-__all__ = ["SPEC_VIEWS", "add_parser", "cmd_query", "format_frame", "open_views", "run_query"]
-
-SPEC_VIEWS: tuple[str, ...] = (
-    "final_windows", "provisional_windows", "revision_history", "late_records", "dead_letters",
-)
-"""The views users query; the raw tables (revisions, latest, late, dead_letter) come too."""
-
-RAW_TABLES: tuple[str, ...] = ("revisions", "latest", "late", "dead_letter")
+__all__ = ["Format", "format_frame", "open_views", "run_query"]
 
 Format = Literal["table", "csv", "json"]
 
 
 def _views_hint() -> str:
-    return f"views: {', '.join(SPEC_VIEWS)} (raw tables: {', '.join(RAW_TABLES)})"
+    return f"views: {', '.join(VIEW_NAMES)} (raw tables: {', '.join(TABLE_NAMES)})"
 
 
 def _check_path(delta_path: str) -> str:
@@ -71,12 +63,12 @@ def _check_path(delta_path: str) -> str:
             "`revise run` (or `revise demo`), the folder that holds revisions/ and latest/"
         )
         raise ConfigError(msg)
-    missing = [t for t in RAW_TABLES if not (root / t / "_delta_log").is_dir()]
+    missing = [t for t in TABLE_NAMES if not (root / t / "_delta_log").is_dir()]
     if missing:
         msg = (
             f"--delta-path {delta_path} holds no revise Delta tables ({', '.join(missing)} "
             "missing); give the --delta-path of a `revise run`, the folder that holds "
-            f"{', '.join(t + '/' for t in RAW_TABLES)}"
+            f"{', '.join(t + '/' for t in TABLE_NAMES)}"
         )
         raise ConfigError(msg)
     return str(root)
@@ -108,7 +100,7 @@ def open_views(
         timestamp: Or to this time (``'2026-01-01 10:00:00'``, UTC, or a datetime).
 
     Returns:
-        The session, with temp views :data:`SPEC_VIEWS` and the raw tables.
+        The session, with temp views :data:`VIEW_NAMES` and the raw tables.
 
     Raises:
         ConfigError: No revise tables under the path, both time-travel points given, or a
@@ -116,7 +108,7 @@ def open_views(
     """
     from pyspark.errors import PySparkException
 
-    from sinks.delta_tables import register_views
+    from revise.query.views import register_views
 
     root = _check_path(delta_path)
     if version is not None and timestamp is not None:
@@ -173,42 +165,3 @@ def format_frame(frame: pd.DataFrame, fmt: Format = "table") -> str:
     if frame.empty:
         return " ".join(frame.columns) + "\n(no rows)"
     return frame.to_string(index=False)
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``revise query`` on the CLI's subparsers."""
-    p = sub.add_parser(
-        "query", help="run SQL over the Delta views of a run",
-        description="Run SQL over the views final_windows, provisional_windows, "
-        "revision_history, late_records, dead_letters (and the raw tables revisions, latest, "
-        "late, dead_letter) of a run's Delta tables, optionally as of a Delta version or time.",
-    )
-    p.add_argument("sql", help='the SQL, e.g. "SELECT timing, count(*) FROM revision_history '
-                   'GROUP BY timing"')
-    p.add_argument("--delta-path", required=True, help="the run's --delta-path")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                   help="output format (json: one object per line)")
-    p.add_argument("--as-of-version", type=int,
-                   help="time travel: read as of this Delta version of the latest table")
-    p.add_argument("--as-of-timestamp",
-                   help="time travel: read as of this UTC time, e.g. '2026-01-01 10:00:00'")
-    p.set_defaults(handler=cmd_query)
-
-
-def cmd_query(args: argparse.Namespace) -> int:
-    """``revise query``: print the result; 2 on bad SQL, unknown views or a bad path."""
-    version = args.as_of_version
-    if version is not None and not isinstance(version, int):
-        try:
-            version = int(version)
-        except ValueError:
-            msg = f"--as-of-version must be an integer Delta version, got {version!r}"
-            raise ConfigError(msg) from None
-    frame = run_query(args.sql, args.delta_path, version=version,
-                      timestamp=args.as_of_timestamp or None)
-    print(format_frame(frame, args.format))
-    sys.stdout.flush()
-    return 0

@@ -1,4 +1,4 @@
-"""Reproducible out-of-order event streams (``revise generate``).
+"""Reproducible out-of-order event streams: what ``revise generate`` writes.
 
 The stream: ``events`` records over ``keys`` keys, event times advancing by ``step_ms`` per
 record from ``start_ms`` (so the stream covers ``events × step_ms`` of event time), each
@@ -15,7 +15,6 @@ Trace (step 10 ms, disorder 0): record 0 ``{"key":"k00003","ts":T0,"value":…}`
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,7 +23,9 @@ import numpy.typing as npt
 
 from revise.errors import ConfigError
 
-__all__ = ["BAD_KINDS", "EventStream", "GeneratorConfig", "generate", "produce"]
+__all__ = [
+    "BAD_KINDS", "DEFAULT_START_MS", "EventStream", "GeneratorConfig", "generate", "iter_json",
+]
 
 DEFAULT_START_MS = 1_767_225_600_000
 """2026-01-01T00:00:00Z: generated event times start here."""
@@ -161,63 +162,9 @@ def _bad(kind: str, key: str, ts: int, value: float) -> bytes:
     elif kind == "fractional_ts":
         body = {"key": key, "ts": ts + 0.5, "value": value}
     else:  # pragma: no cover - BAD_KINDS is closed
-        msg = f"unknown bad kind {kind}"
-        raise ValueError(msg)
+        msg = f"unknown bad kind {kind}; expected one of {BAD_KINDS}"
+        raise ConfigError(msg)
     return json.dumps(body).encode()
-
-
-def produce(
-    stream: EventStream,
-    *,
-    bootstrap_servers: str,
-    topic: str,
-    rate: float | None = None,
-    partitions: int | None = None,
-) -> int:
-    """Write ``stream`` to ``topic`` (created if missing) with an idempotent producer.
-
-    Records are keyed by their key (bad ones too, when they have one), so one key's records
-    stay in one partition in arrival order. ``rate`` (records/s) paces the writes; None: as fast
-    as possible. Returns the number of records written.
-    """
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    if topic not in admin.list_topics(timeout=30).topics:
-        fs = admin.create_topics([NewTopic(topic, num_partitions=partitions or 4)])
-        try:
-            fs[topic].result(30)
-        except Exception as exc:  # noqa: BLE001 - created concurrently is fine
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise
-    producer = Producer({
-        "bootstrap.servers": bootstrap_servers,
-        "enable.idempotence": True,
-        "linger.ms": 20,
-        "batch.num.messages": 10000,
-        "queue.buffering.max.messages": 500000,
-        "compression.type": "lz4",
-    })
-    t0 = time.monotonic()
-    for i, (key, payload) in enumerate(zip(stream.keys, stream.payloads, strict=True)):
-        if rate:
-            ahead = i / rate - (time.monotonic() - t0)
-            if ahead > 0:
-                time.sleep(ahead)
-        while True:
-            try:
-                producer.produce(topic, value=payload, key=str(key).encode())
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 10000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(60)
-    if remaining:
-        msg = f"{remaining} records were not delivered to {topic} within 60s"
-        raise RuntimeError(msg)
-    return len(stream)
 
 
 def iter_json(stream: EventStream) -> Iterator[str]:

@@ -18,7 +18,9 @@ Trace: ``commit_batch(7, revs, late, dead)`` → begin → 3 revisions + 1 late 
 ``{"query_id":"q","batch_id":7,…}`` → commit → ``CommitResult(batch_id=7, skipped=False,
 messages=5, …)``; after a crash the job replays batch 7 → ``CommitResult(7, skipped=True, …)``.
 
-The Delta writes are not in this module (see :mod:`sinks.delta_tables`).
+Its place in the commit of a micro-batch is step 2 of ``revise.spark.committer.BatchCommitter``
+(the Delta writes, :mod:`sinks.delta_tables`, are step 3). The JSON is :mod:`sinks.kafka.codec`,
+reading back :mod:`sinks.kafka.reader`, topics :mod:`sinks.kafka.admin`.
 """
 
 from __future__ import annotations
@@ -33,52 +35,38 @@ from typing import Any, Final
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException, Producer
 
-from revise.errors import ConfigError, ReviseError
-from revise.records import (
-    DEAD_LETTER_SCHEMA,
-    LATE_SCHEMA,
-    REVISION_SCHEMA,
-    DeadLetter,
-    LateRecord,
-    Revision,
+from revise.errors import ConfigError
+from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from sinks.kafka.admin import ensure_compacted_topic
+from sinks.kafka.codec import (
+    encode_dead_letters,
+    encode_late,
+    encode_revisions,
+    require_schema,
 )
+from sinks.kafka.errors import (
+    ChangelogCommitError,
+    ChangelogError,
+    ProducerFencedError,
+    is_fenced,
+    kafka_error,
+)
+from sinks.kafka.logs import client_logging
+from sinks.kafka.reader import by_partition_offset, read_committed
 
 __all__ = [
     "DEFAULT_PRODUCER_CONFIG",
     "PROGRESS_TOPIC",
-    "ChangelogCommitError",
     "ChangelogConfig",
-    "ChangelogError",
     "CommitResult",
     "Progress",
-    "ProducerFencedError",
     "TransactionalChangelog",
-    "decode_dead_letter",
-    "decode_late",
-    "decode_revision",
-    "encode_dead_letters",
-    "encode_late",
-    "encode_revisions",
-    "read_committed",
-    "revision_key",
 ]
 
 PROGRESS_TOPIC: Final = "_revise_progress"
 """Default compacted topic holding one progress marker per query id (key = query id)."""
-
-WINDOW_KEY_FIELDS: Final = ("key", "window_start_ms", "window_end_ms")
 
 DEFAULT_PRODUCER_CONFIG: Final[Mapping[str, Any]] = {
     "enable.idempotence": True,
@@ -106,278 +94,6 @@ DEFAULT_PRODUCER_CONFIG: Final[Mapping[str, Any]] = {
 }
 
 _COMMIT_TIMEOUT_S: Final = 60.0
-_FENCED_CODES: Final = frozenset(
-    {
-        KafkaError._FENCED,
-        KafkaError.PRODUCER_FENCED,
-        KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    }
-)
-
-
-class ChangelogError(ReviseError):
-    """A changelog write or read failed."""
-
-
-class ChangelogCommitError(ChangelogError, RuntimeError):
-    """A micro-batch's transaction failed and was aborted: nothing of it is visible."""
-
-
-class ProducerFencedError(ChangelogError, RuntimeError):
-    """Another instance with the same query id took over; this one must stop."""
-
-
-class ChangelogEncodeError(ChangelogError, ValueError):
-    """A batch table lacks fields the changelog must carry."""
-
-
-# --------------------------------------------------------------------------------------------
-# Encoding: vectorized JSON over Arrow columns
-# --------------------------------------------------------------------------------------------
-
-_INT_TEXT: Final = r"^-?[0-9]+$"
-
-
-def _json_strings(col: pa.Array) -> pa.Array:
-    """Render one Arrow column as JSON literals (string array, nulls as ``null``)."""
-    t = col.type
-    if pa.types.is_dictionary(t):
-        col = col.cast(t.value_type)
-        t = col.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        # Escape each distinct string once (orjson), then gather: O(distinct) Python calls.
-        enc = pc.dictionary_encode(col)
-        literals = [orjson.dumps(v).decode() for v in enc.dictionary.to_pylist()]
-        out = pc.take(pa.array(literals, pa.string()), enc.indices)
-    elif pa.types.is_boolean(t) or pa.types.is_integer(t):
-        out = col.cast(pa.string())
-    elif pa.types.is_floating(t):
-        col = col.cast(pa.float64())
-        out = col.cast(pa.string())  # shortest round-trip form
-        # 3 → 3.0 so JSON readers keep the double type; NaN/±inf have no JSON form → null.
-        # Both passes are skipped when no value needs them (aggregates of real-valued data
-        # are rarely integral).
-        if pc.any(pc.equal(pc.floor(col), col)).as_py():
-            out = pc.if_else(
-                pc.match_substring_regex(out, _INT_TEXT),
-                pc.binary_join_element_wise(out, ".0", ""),
-                out,
-            )
-        finite = pc.is_finite(col)
-        if not pc.all(finite).as_py():
-            out = pc.if_else(finite, out, pa.scalar(None, pa.string()))
-    else:  # rare types: one orjson call per value
-        literals = [orjson.dumps(v).decode() for v in col.to_pylist()]
-        out = pa.array(literals, pa.string())
-    return pc.fill_null(out, "null")
-
-
-def _json_objects(
-    table: pa.Table, names: Sequence[str], cache: dict[str, pa.Array] | None = None
-) -> pa.Array:
-    """One JSON object per row with the given columns in the given order (canonical bytes).
-
-    ``cache`` holds already rendered columns (name → JSON literals) to share between the key
-    and the value of the same rows.
-    """
-    parts: list[Any] = []
-    for i, name in enumerate(names):
-        parts.append(("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":")
-        lit = cache.get(name) if cache is not None else None
-        if lit is None:
-            lit = _json_strings(table.column(name).combine_chunks())
-            if cache is not None:
-                cache[name] = lit
-        parts.append(lit)
-    parts.append("}")
-    return pc.binary_join_element_wise(*parts, "")
-
-
-def _to_bytes(arr: pa.Array) -> list[bytes]:
-    return arr.cast(pa.binary()).to_pylist()  # type: ignore[no-any-return]
-
-
-def _require(table: pa.Table, schema: pa.Schema, what: str) -> None:
-    missing = [n for n in schema.names if n not in table.column_names]
-    if missing:
-        msg = (
-            f"{what} table lacks field(s) {missing}; expected the SPEC fields {schema.names} "
-            f"(got {table.column_names}); build it with revise.records"
-        )
-        raise ChangelogEncodeError(msg)
-
-
-def encode_revisions(table: pa.Table) -> tuple[list[bytes], list[bytes]]:
-    """Encode revisions as Kafka keys and values, vectorized.
-
-    Args:
-        table: Revisions with (at least) the SPEC §4 fields of ``REVISION_SCHEMA``.
-
-    Returns:
-        ``(keys, values)``: key = ``{"key":…,"window_start_ms":…,"window_end_ms":…}`` (the same
-        bytes for a window every time, for partitioning and compaction); value = a JSON object
-        with every SPEC §4 field in schema order, nulls as ``null``, doubles with a decimal
-        point, non-finite doubles as ``null``.
-
-    Raises:
-        ChangelogEncodeError: a SPEC field is missing.
-    """
-    _require(table, REVISION_SCHEMA, "revisions")
-    if table.num_rows == 0:
-        return [], []
-    cache: dict[str, pa.Array] = {}
-    keys = _json_objects(table, WINDOW_KEY_FIELDS, cache)
-    return _to_bytes(keys), _to_bytes(_json_objects(table, REVISION_SCHEMA.names, cache))
-
-
-def encode_late(table: pa.Table) -> tuple[list[bytes], list[bytes]]:
-    """Encode too-late records: key = the input key (UTF-8), value = JSON of the SPEC §6 fields."""
-    _require(table, LATE_SCHEMA, "late")
-    if table.num_rows == 0:
-        return [], []
-    keys = pc.fill_null(table.column("key").combine_chunks().cast(pa.string()), "")
-    return _to_bytes(keys), _to_bytes(_json_objects(table, LATE_SCHEMA.names))
-
-
-def encode_dead_letters(table: pa.Table) -> tuple[list[bytes | None], list[bytes]]:
-    """Encode dead letters: key = None (bad input has no trusted key), value = SPEC §6 JSON."""
-    _require(table, DEAD_LETTER_SCHEMA, "dead-letter")
-    if table.num_rows == 0:
-        return [], []
-    values = _to_bytes(_json_objects(table, DEAD_LETTER_SCHEMA.names))
-    return [None] * len(values), values
-
-
-def revision_key(key: str, window_start_ms: int, window_end_ms: int) -> bytes:
-    """The changelog key of one window (same bytes as :func:`encode_revisions` gives)."""
-    return orjson.dumps(
-        {"key": key, "window_start_ms": window_start_ms, "window_end_ms": window_end_ms}
-    )
-
-
-def decode_revision(value: bytes) -> Revision:
-    """Decode a changelog value into a :class:`~revise.records.Revision`."""
-    return Revision.from_row(_typed_row(orjson.loads(value), REVISION_SCHEMA))
-
-
-def decode_late(value: bytes) -> LateRecord:
-    """Decode a late-topic value into a :class:`~revise.records.LateRecord`."""
-    return LateRecord.from_row(_typed_row(orjson.loads(value), LATE_SCHEMA))
-
-
-def decode_dead_letter(value: bytes) -> DeadLetter:
-    """Decode a dead-letter-topic value into a :class:`~revise.records.DeadLetter`."""
-    return DeadLetter.from_row(_typed_row(orjson.loads(value), DEAD_LETTER_SCHEMA))
-
-
-def _typed_row(obj: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
-    """JSON object → row with the schema's Python types (JSON ``3`` for a double → ``3.0``)."""
-    row: dict[str, Any] = {}
-    for f in schema:
-        v = obj.get(f.name)
-        if v is not None and pa.types.is_floating(f.type):
-            v = float(v)
-        row[f.name] = v
-    return row
-
-
-# --------------------------------------------------------------------------------------------
-# Reading to the end, read_committed
-# --------------------------------------------------------------------------------------------
-
-
-def read_committed(
-    bootstrap_servers: str,
-    topic: str,
-    *,
-    timeout_s: float = 30.0,
-    partitions: Sequence[int] | None = None,
-) -> list[Message]:
-    """Read a topic from the beginning to its end as a ``read_committed`` consumer sees it.
-
-    The end is each partition's high watermark when the call starts. Records before it that
-    belong to a transaction still in flight (or whose commit markers are still being written —
-    ``commit_transaction`` returns before every marker is durable) are waited for, not cut off:
-    the call returns once every partition was read up to that end, i.e. once everything written
-    before the call is decided. Aborted records are never returned. No group offsets are
-    committed. An open transaction that never ends holds the call until ``timeout_s``.
-
-    Args:
-        bootstrap_servers: Kafka bootstrap servers.
-        topic: The topic to read.
-        timeout_s: Give up (raise) after this many seconds.
-        partitions: Only these partitions (default: all).
-
-    Returns:
-        The committed data messages, each partition in offset order.
-
-    Raises:
-        ChangelogError: the topic does not exist, a fetch error, or the timeout passed.
-    """
-    base = {"bootstrap.servers": bootstrap_servers, "enable.auto.commit": False,
-            "group.id": f"revise-reader-{time.monotonic_ns()}"}
-    probe = Consumer({**base, "isolation.level": "read_uncommitted"})
-    consumer = Consumer(
-        {
-            **base,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 50,
-        }
-    )
-    try:
-        meta = probe.list_topics(topic, timeout=timeout_s)
-        tmeta = meta.topics.get(topic)
-        if tmeta is None or tmeta.error is not None:
-            msg = f"topic {topic!r} cannot be read: {tmeta.error if tmeta else 'not found'}"
-            raise ChangelogError(msg)
-        pids = sorted(tmeta.partitions) if partitions is None else list(partitions)
-        ends: dict[int, int] = {}
-        for p in pids:
-            # read_uncommitted: the high watermark (a read_committed probe gives the LSO).
-            low, high = probe.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=timeout_s, cached=False
-            )
-            if high > low:
-                ends[p] = high
-        if not ends:
-            return []
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        out: list[Message] = []
-        deadline = time.monotonic() + timeout_s
-        pending = set(ends)
-        while pending:
-            if time.monotonic() > deadline:
-                msg = (
-                    f"reading {topic!r} to its end timed out after {timeout_s}s (partitions "
-                    f"{sorted(pending)} held back by an open transaction?)"
-                )
-                raise ChangelogError(msg)
-            for m in consumer.consume(10_000, timeout=0.2):
-                err = m.error()
-                p = m.partition()
-                if p is None:
-                    continue
-                if err is None:
-                    if (m.offset() or 0) < ends[p]:
-                        out.append(m)
-                    if (m.offset() or 0) + 1 >= ends[p]:
-                        pending.discard(p)
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    # EOF is reported at the last stable offset, again each time it moves.
-                    if (m.offset() or 0) >= ends[p]:
-                        pending.discard(p)
-                else:
-                    msg = f"reading {topic!r} failed: {err}"
-                    raise ChangelogError(msg)
-        return out
-    finally:
-        consumer.close()
-        probe.close()
-
-
 # --------------------------------------------------------------------------------------------
 # The transactional changelog
 # --------------------------------------------------------------------------------------------
@@ -481,16 +197,6 @@ class Progress:
         )
 
 
-def _kafka_error(exc: BaseException) -> KafkaError | None:
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0]
-    return None
-
-
-def _is_fenced(err: KafkaError | None) -> bool:
-    return err is not None and (err.code() in _FENCED_CODES or err.fatal())
-
-
 class TransactionalChangelog:
     """Writes each micro-batch's revisions, late records and dead letters in one transaction.
 
@@ -538,7 +244,7 @@ class TransactionalChangelog:
             ChangelogError: the broker cannot be reached or the progress topic not read.
         """
         cfg = self.config
-        conf: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers}
+        conf: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers, **client_logging()}
         conf.update(DEFAULT_PRODUCER_CONFIG)
         if cfg.transactional:
             conf["transactional.id"] = cfg.transactional_id
@@ -551,8 +257,8 @@ class TransactionalChangelog:
             try:
                 producer.init_transactions(timeout_s)
             except KafkaException as e:
-                err = _kafka_error(e)
-                if _is_fenced(err):
+                err = kafka_error(e)
+                if is_fenced(err):
                     raise self._fenced_error(err) from e
                 msg = f"init_transactions for {cfg.transactional_id!r} failed: {err or e}"
                 raise ChangelogError(msg) from e
@@ -581,6 +287,8 @@ class TransactionalChangelog:
 
     # ---- the commit ------------------------------------------------------------------------
 
+    # Longer than ~60 lines: the docstring carries steps 2a-2e of the commit sequence and
+    # the body follows them in order, numbered.
     def commit_batch(
         self,
         batch_id: int,
@@ -591,24 +299,25 @@ class TransactionalChangelog:
         emitted_at_ms: int | None = None,
         before_commit: Callable[[], None] | None = None,
     ) -> CommitResult:
-        """Commit one micro-batch to Kafka, exactly once.
+        """Commit one micro-batch to Kafka, exactly once: step 2 of the commit sequence.
 
-        The sequence (the same numbers mark the code):
+        The numbers are those of the one numbering of the commit sequence
+        (``revise.spark.committer.BatchCommitter``); the same numbers mark the code:
 
-        1. If ``batch_id <= last committed batch`` this is a replay after a crash: write
-           nothing, return ``skipped=True``.
-        2. Begin a transaction.
-        3. Produce the revisions to the changelog topic (key = the window, so one window's
-           revisions stay in one partition, in order), too-late records to the late topic and
-           dead letters to the dead-letter topic (topics that are None are skipped). A full
-           local queue (BufferError) is drained by polling, then the message is retried.
-        4. Produce the progress marker ``(query_id, batch_id, counts)`` to the progress topic.
-        5. Commit. On any error: abort the transaction (nothing of the batch becomes visible)
-           and raise :class:`ChangelogCommitError`; if this producer was fenced by another
-           instance with the same query id, raise :class:`ProducerFencedError` instead.
+        2a. If ``batch_id <= last committed batch`` this is a replay after a crash: write
+            nothing, return ``skipped=True``.
+        2b. Begin a transaction.
+        2c. Produce the revisions to the changelog topic (key = the window, so one window's
+            revisions stay in one partition, in order), too-late records to the late topic and
+            dead letters to the dead-letter topic (topics that are None are skipped). A full
+            local queue (BufferError) is drained by polling, then the message is retried.
+        2d. Produce the progress marker ``(query_id, batch_id, counts)`` to the progress topic.
+        2e. Commit. On any error: abort the transaction (nothing of the batch becomes visible)
+            and raise :class:`ChangelogCommitError`; if this producer was fenced by another
+            instance with the same query id, raise :class:`ProducerFencedError` instead.
 
-        The Delta writes come after this and are idempotent on their own (txnAppId/txnVersion).
-        With ``transactional=False`` steps 1, 2 and 5 are a flush instead (at-least-once).
+        The Delta writes (step 3) come after this and are idempotent on their own.
+        With ``transactional=False`` steps 2a, 2b and 2e are a flush instead (at-least-once).
 
         Args:
             batch_id: The Spark micro-batch id (monotonically increasing per query).
@@ -617,7 +326,7 @@ class TransactionalChangelog:
             dead_letters: Dead letters (SPEC §6 fields).
             emitted_at_ms: The revisions' ``emitted_at_ms`` (recorded in the marker, so a
                 replay can stamp the same value into Delta).
-            before_commit: Called between (4) and (5), inside the open transaction (crash
+            before_commit: Called between 2d and 2e, inside the open transaction (crash
                 tests kill the process there).
 
         Returns:
@@ -635,15 +344,15 @@ class TransactionalChangelog:
             raise ChangelogError(msg)
         if self._fenced:
             raise self._fenced_error(None)
-        # (1) a replay of a committed batch writes nothing
+        # 2a. a replay of a committed batch writes nothing
         last = self._last
         if cfg.transactional and last is not None and batch_id <= last.batch_id:
             known = last.emitted_at_ms if batch_id == last.batch_id else None
             return CommitResult(batch_id, True, 0, time.perf_counter() - t0, known)
         # Check before the transaction opens: a bad table never opens one.
-        _require(revisions, REVISION_SCHEMA, "revisions")
-        _require(late, LATE_SCHEMA, "late")
-        _require(dead_letters, DEAD_LETTER_SCHEMA, "dead-letter")
+        require_schema(revisions, REVISION_SCHEMA, "revisions")
+        require_schema(late, LATE_SCHEMA, "late")
+        require_schema(dead_letters, DEAD_LETTER_SCHEMA, "dead-letter")
         outputs: list[tuple[str, pa.Table, _Encoder]] = [
             (cfg.changelog_topic, revisions, encode_revisions)
         ]
@@ -657,24 +366,24 @@ class TransactionalChangelog:
         )
         begun = False
         try:
-            # (2) begin
+            # 2b. begin
             if cfg.transactional:
                 p.begin_transaction()
                 begun = True
-            # (3) revisions, late records, dead letters, encoded on a helper thread one chunk
+            # 2c. revisions, late records, dead letters, encoded on a helper thread one chunk
             # ahead of the producer (Arrow's kernels release the GIL)
             n = 0
             with ThreadPoolExecutor(1, thread_name_prefix="revise-encode") as pool:
                 for topic, table, encode in outputs:
                     for keys, values in _encoded_chunks(pool, table, encode):
                         n += self._produce_all(p, topic, keys, values)
-            # (4) the progress marker
+            # 2d. the progress marker
             n += self._produce_all(
                 p, cfg.progress_topic, [cfg.query_id.encode()], [marker.to_json()]
             )
             if before_commit is not None:
                 before_commit()
-            # (5) commit
+            # 2e. commit
             if cfg.transactional:
                 self._commit(p)
             else:
@@ -682,8 +391,8 @@ class TransactionalChangelog:
         except ProducerFencedError:
             raise
         except Exception as e:
-            err = _kafka_error(e)
-            if _is_fenced(err):
+            err = kafka_error(e)
+            if is_fenced(err):
                 self._fenced = True
                 raise self._fenced_error(err) from e
             if begun:
@@ -722,7 +431,7 @@ class TransactionalChangelog:
                 p.commit_transaction(_COMMIT_TIMEOUT_S)
                 return
             except KafkaException as e:
-                err = _kafka_error(e)
+                err = kafka_error(e)
                 if err is not None and err.retriable() and attempt < 2:
                     continue
                 raise
@@ -737,8 +446,8 @@ class TransactionalChangelog:
         try:
             p.abort_transaction(_COMMIT_TIMEOUT_S)
         except KafkaException as e:
-            err = _kafka_error(e)
-            if _is_fenced(err):
+            err = kafka_error(e)
+            if is_fenced(err):
                 self._fenced = True
                 raise self._fenced_error(err) from cause
             msg = f"aborting the transaction of query {self.config.query_id!r} failed: {err or e}"
@@ -756,34 +465,13 @@ class TransactionalChangelog:
         return ProducerFencedError(msg)
 
     def _ensure_progress_topic(self, timeout_s: float) -> None:
-        admin = AdminClient({"bootstrap.servers": self.config.bootstrap_servers})
-        topic = self.config.progress_topic
-        md = admin.list_topics(timeout=timeout_s)
-        if topic in md.topics and md.topics[topic].error is None:
-            return
-        fut = admin.create_topics(
-            [
-                NewTopic(
-                    topic,
-                    num_partitions=1,
-                    replication_factor=-1,
-                    config={"cleanup.policy": "compact"},
-                )
-            ],
-            operation_timeout=timeout_s,
-        )[topic]
-        try:
-            fut.result(timeout_s)
-        except KafkaException as e:
-            err = _kafka_error(e)
-            if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                msg = f"cannot create progress topic {topic!r}: {err or e}"
-                raise ChangelogError(msg) from e
+        ensure_compacted_topic(self.config.bootstrap_servers, self.config.progress_topic,
+                               timeout_s=timeout_s)
 
     def _read_last_committed(self, timeout_s: float) -> Progress | None:
         key = self.config.query_id.encode()
         last: Progress | None = None
-        for m in _sorted(
+        for m in by_partition_offset(
             read_committed(
                 self.config.bootstrap_servers, self.config.progress_topic, timeout_s=timeout_s
             )
@@ -812,7 +500,3 @@ def _encoded_chunks(
             yield ahead.popleft().result()
     while ahead:
         yield ahead.popleft().result()
-
-
-def _sorted(messages: list[Message]) -> Iterator[Message]:
-    return iter(sorted(messages, key=lambda m: (m.partition() or 0, m.offset() or 0)))

@@ -1,4 +1,4 @@
-"""Benchmark of the pure engine core: ``python -m revise.bench_engine`` (issue 2).
+"""Benchmark of the pure engine core: ``python -m benchmarks.bench_engine`` (issue 2).
 
 One core: the process pins itself to one CPU (``sched_setaffinity``) and sets the BLAS/OpenMP
 thread counts to 1 before numpy is imported. Workload (defaults): 1,000,000 events over 10,000
@@ -150,7 +150,7 @@ def _measure(window: str, mode: str, wl: Workload, repeat: int, floor_s: float) 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print a table (``--json PATH`` also writes the figures)."""
-    p = argparse.ArgumentParser(prog="python -m revise.bench_engine", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_engine", description=__doc__)
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--batch", type=int, default=100_000)

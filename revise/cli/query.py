@@ -1,0 +1,43 @@
+"""``revise query``: SQL over the views of a run's Delta tables (see :mod:`revise.query`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from revise.cli.args import maybe_int
+
+__all__ = ["add_parser", "cmd_query"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``revise query``."""
+    p = sub.add_parser(
+        "query", help="run SQL over the Delta views of a run",
+        description="Run SQL over the views final_windows, provisional_windows, "
+        "revision_history, late_records, dead_letters (and the raw tables revisions, latest, "
+        "late, dead_letter) of a run's Delta tables, optionally as of a Delta version or time.",
+    )
+    p.add_argument("sql", help='the SQL, e.g. "SELECT timing, count(*) FROM revision_history '
+                   'GROUP BY timing"')
+    p.add_argument("--delta-path", required=True, help="the run's --delta-path")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="output format (json: one object per line)")
+    p.add_argument("--as-of-version", type=int,
+                   help="time travel: read as of this Delta version of the latest table")
+    p.add_argument("--as-of-timestamp",
+                   help="time travel: read as of this UTC time, e.g. '2026-01-01 10:00:00'")
+    p.set_defaults(handler=cmd_query)
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    """``revise query``: print the result; 2 on bad SQL, unknown views or a bad path."""
+    from revise.query import format_frame, run_query
+
+    version = maybe_int(args.as_of_version, "--as-of-version")
+    frame = run_query(args.sql, args.delta_path, version=version,
+                      timestamp=args.as_of_timestamp or None)
+    print(format_frame(frame, args.format))
+    sys.stdout.flush()
+    return 0

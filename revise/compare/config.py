@@ -1,0 +1,69 @@
+"""What ``revise compare`` runs: :class:`CompareConfig`."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from revise.config import EngineConfig
+from revise.errors import ConfigError
+from revise.generate import GeneratorConfig
+from revise.vocab import MODES, Mode
+
+__all__ = ["MODES", "CompareConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompareConfig:
+    """What ``revise compare`` runs.
+
+    Attributes:
+        bootstrap_servers: Kafka bootstrap servers.
+        output: Folder for the JSON, CSV and PNG files (created).
+        delta_path: Delta root; each mode writes under ``<delta_path>/<mode>``, the figures go
+            to ``<delta_path>/comparisons``.
+        engine: Window, grace, watermark delay and aggregates (mode and query id are set per run).
+        input_topic: An existing topic to read; None → generate ``generator`` into a new one.
+        generator: The stream to generate when there is no input topic.
+        max_records_per_batch: Records per micro-batch, the same for both runs.
+        rate: Replay the input at this many records/s while each job runs (wall-clock latency).
+        trigger_ms: Micro-batch interval of the rate-driven runs (None: the job's default).
+        shards: Key shards of both jobs.
+        grace_factors: Grace multipliers of the offline what-if.
+        run_id: Names topics, query ids and checkpoints; unique per call by default.
+        timeout_s: Give up a job after this long (None: no limit).
+    """
+
+    bootstrap_servers: str
+    output: str
+    delta_path: str
+    engine: EngineConfig
+    input_topic: str | None = None
+    generator: GeneratorConfig | None = None
+    max_records_per_batch: int = 1000
+    rate: float | None = None
+    trigger_ms: int | None = None
+    shards: int = 4
+    grace_factors: tuple[float, ...] = (1.0, 2.0, 4.0)
+    run_id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S") + "-"
+                        + uuid.uuid4().hex[:6])
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.input_topic is None) == (self.generator is None):
+            msg = "give --input-topic to compare on an existing topic, or --events to generate one"
+            raise ConfigError(msg)
+        if self.max_records_per_batch < 1:
+            msg = f"--max-records-per-batch must be >= 1, got {self.max_records_per_batch}"
+            raise ConfigError(msg)
+        if self.rate is not None and not self.rate > 0:
+            msg = f"--rate must be > 0 records per second, got {self.rate}"
+            raise ConfigError(msg)
+        if not self.grace_factors or any(f <= 0 for f in self.grace_factors):
+            msg = f"grace factors must be > 0, got {self.grace_factors}"
+            raise ConfigError(msg)
+
+    def query_id(self, mode: Mode) -> str:
+        """The query id of one mode's run."""
+        return f"compare-{self.run_id}-{mode}"

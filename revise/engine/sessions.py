@@ -1,0 +1,169 @@
+"""Session windows: per key, each record spans ``[ts, ts + gap)``; overlapping spans merge.
+
+A session is ``[first ts, last ts + gap)`` (ms, half-open); spans that only touch do not
+merge; a record that bridges two sessions merges them. A record is too late when
+``W >= ts + gap + grace`` (judged on its own span) or ``ts`` is at or before the seal of a
+close_all. When a batch changes the bounds of a session emitted before, the old bounds get a
+last ``retracted`` revision and the lineage continues under the new bounds (the retraction
+rule of :mod:`revise.engine`).
+
+Trace (gap 10s, grace 0): ``t=0`` → ``[0,10000)`` rev 0; ``t=15000`` → ``[15000,25000)``
+rev 0; ``t=8000`` bridges them → both retracted (rev 1), ``[0,25000)`` rev 2 count=3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from revise.engine.batch import InputBatch, IntArray, Step, late_records, value_ranks
+from revise.engine.emitter import Emitter, emit_changed
+from revise.engine.state import WindowTable, unique_sorted
+from revise.records import LateBatch
+from windows import State, merge_spans, segment_starts
+
+__all__ = ["process_sessions"]
+
+_I64 = np.int64
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class _Merged:
+    """Stored sessions of the touched keys and the batch's spans, merged into sessions.
+
+    Attributes:
+        old: The stored sessions of the touched keys (state rows, in table order).
+        order: Positions (into ``old`` rows, then the batch's spans) in merge order.
+        is_stored: Per merge-ordered span: True for a stored session, False for a record.
+        group: Per merge-ordered span: the index of the session it merged into.
+        sessions: The merged sessions (``rev`` = the revision number their next emission has).
+        prev: Per session, the merged aggregate state of its stored parts (its previous values).
+        n_stored: Per session, how many stored sessions it absorbed.
+        changed: Per session, True when it changes the bounds of a stored (emitted) session.
+    """
+
+    old: WindowTable
+    order: npt.NDArray[np.intp]
+    is_stored: BoolArray
+    group: IntArray
+    sessions: WindowTable
+    prev: State
+    n_stored: IntArray
+    changed: BoolArray
+
+
+def process_sessions(gap_ms: int, batch: InputBatch, ranks: IntArray, table: WindowTable,
+                     step: Step, out: Emitter) -> tuple[WindowTable, LateBatch, int | None]:
+    """Apply ``batch`` to the open sessions ``table``; emit revisions and retractions.
+
+    Args:
+        gap_ms: The session gap (ms).
+        batch: The micro-batch.
+        ranks: Key rank of each record of ``batch``.
+        table: Open sessions (not modified).
+        step: Watermark, grace, seal, mode and batch id.
+        out: Receives the revisions (revision mode only).
+
+    Returns:
+        The new table, the too-late records, and the max accepted event time (None: none).
+    """
+    w = step.watermark_ms
+    keys, ts, values = ranks, batch.ts_ms, batch.values
+    vrank = value_ranks(values)  # ties between records sort by value
+    span_end = ts + gap_ms
+    too_late = (span_end + step.grace_ms <= w) | (ts <= step.sealed_ms)
+    late = LateBatch.empty()
+    if too_late.any():
+        late = late_records(batch, np.flatnonzero(too_late), keys[too_late], ts[too_late],
+                            span_end[too_late], step)
+        keep = ~too_late
+        keys, ts, values = keys[keep], ts[keep], values[keep]
+        span_end, vrank = span_end[keep], vrank[keep]
+    if len(keys) == 0:
+        return table, late, None
+    touched = np.isin(table.key, unique_sorted(np.sort(keys)), assume_unique=False)
+    m = _merge(table.take(np.flatnonzero(touched)), keys, ts, span_end, values, vrank,
+               len(batch) + 1, step)
+    if step.revision_mode:
+        _emit(m, w, out)
+    rest = WindowTable.concat(table.take(~touched), m.sessions)
+    return rest.take(np.lexsort((rest.start, rest.key))), late, int(ts.max())
+
+
+def _merge(old: WindowTable, keys: IntArray, ts: IntArray, span_end: IntArray,
+           values: npt.NDArray[np.float64], vrank: IntArray, tie_span: int,
+           step: Step) -> _Merged:
+    """Merge the stored sessions ``old`` with the accepted records' spans."""
+    w = step.watermark_ms
+    n_old, n_rec = len(old), len(keys)
+    all_key = np.concatenate((old.key, keys))
+    all_start = np.concatenate((old.start, ts))
+    all_end = np.concatenate((old.end, span_end))
+    # order by (key, start, stored sessions first, value rank): deterministic float sums
+    tie = np.concatenate((np.zeros(n_old, dtype=_I64), vrank + 1))
+    order = _sort_key_start_tie(all_key, all_start, tie, tie_span)
+    s_key, s_start, s_end = all_key[order], all_start[order], all_end[order]
+    is_stored = np.concatenate((np.ones(n_old, dtype=bool), np.zeros(n_rec, dtype=bool)))[order]
+    group = merge_spans(s_key, s_start, s_end)
+    seg = segment_starts(group)
+    start = s_start[seg]
+    end = np.maximum.reduceat(s_end, seg)
+    contrib = step.aggs.contributions(values)
+    cols: State = {}
+    prev: State = {}
+    for c in step.aggs.columns:
+        rows = np.concatenate((old.cols[c.name], contrib[c.name]))[order]
+        cols[c.name] = c.ufunc.reduceat(rows, seg)
+        prev[c.name] = c.ufunc.reduceat(
+            np.where(is_stored, rows, np.asarray(c.identity, dtype=c.dtype)), seg)
+    is_late = span_end <= w
+    n_late = np.add.reduceat(np.concatenate((old.n_late, is_late.astype(_I64)))[order], seg)
+    max_late = np.maximum.reduceat(
+        np.concatenate((old.max_late, np.where(is_late, w - ts, 0)))[order], seg)
+    n_stored = np.add.reduceat(is_stored.astype(_I64), seg)
+    max_rev = np.maximum.reduceat(
+        np.concatenate((old.rev, np.full(n_rec, -1, dtype=_I64)))[order], seg)
+    big = np.iinfo(_I64).max
+    old_start = np.minimum.reduceat(np.where(is_stored, s_start, big), seg)
+    old_end = np.maximum.reduceat(np.where(is_stored, s_end, -big), seg)
+    same = (n_stored == 1) & (old_start == start) & (old_end == end)
+    rev = np.where(n_stored == 0, 0, np.where(same, max_rev, max_rev + 1)).astype(_I64)
+    sessions = WindowTable(s_key[seg], start, end, cols, rev, n_late, max_late)
+    return _Merged(old, order, is_stored, group, sessions, prev, n_stored,
+                   (n_stored >= 1) & ~same)
+
+
+def _emit(m: _Merged, w: int, out: Emitter) -> None:
+    """Revision mode: one revision per session that got a record, one retraction per old bounds.
+
+    Sessions of touched keys that got no record stay as they are: not emitted.
+    """
+    seg = segment_starts(m.group)
+    hit = np.flatnonzero(np.add.reduceat((~m.is_stored).astype(_I64), seg) > 0)
+    emit_changed(out, m.sessions.take(hit), prev={c: a[hit] for c, a in m.prev.items()},
+                 has_prev=m.n_stored[hit] >= 1, w=w)
+    m.sessions.rev[hit] += 1
+    retracted = np.flatnonzero(m.is_stored & m.changed[m.group])
+    if len(retracted):
+        r = m.old.take(m.order[retracted])
+        # a retraction carries the timing of the revision that supersedes it
+        emit_changed(out, r, prev=r.cols, has_prev=np.ones(len(r), dtype=bool), w=w,
+                     retracted=True, timing_end=m.sessions.end[m.group[retracted]])
+
+
+def _sort_key_start_tie(key: IntArray, start: IntArray, tie: IntArray,
+                        tie_span: int) -> npt.NDArray[np.intp]:
+    """Argsort by ``(key, start, tie)`` (``0 <= tie < tie_span``), one packed sort if it fits."""
+    if len(key) == 0:
+        return np.empty(0, dtype=np.intp)
+    lo = int(start.min())
+    s_span = int(start.max()) - lo + 1
+    k_span = int(key.max()) + 1
+    if k_span * s_span * tie_span < 2**62:
+        return np.argsort((key * s_span + (start - lo)) * tie_span + tie)
+    return np.lexsort((tie, start, key))
+
+

@@ -1,0 +1,263 @@
+"""The engine's state: the key table, the table of open windows, and its snapshot.
+
+State is one row per open (key, window), windows half-open ``[start, end)`` in epoch ms,
+sorted by ``(key rank, start)``. It leaves the engine only as a snapshot: bytes of one Arrow
+IPC stream (no pickled objects), stamped with a format version and a fingerprint of the config
+that gives the state its meaning, so a changed window, grace, aggregate set or mode is refused
+(:class:`~revise.errors.StateSchemaMismatch`) instead of silently reusing old state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+
+from revise.config import EngineConfig
+from revise.engine.batch import IntArray
+from revise.errors import StateSchemaMismatch
+from windows import AggregateSet, State, segment_starts
+
+__all__ = [
+    "NO_SEAL",
+    "SNAPSHOT_FORMAT",
+    "KeyTable",
+    "Snapshot",
+    "WindowTable",
+    "decode_snapshot",
+    "encode_snapshot",
+    "unique_sorted",
+]
+
+SNAPSHOT_FORMAT = 1
+"""Version of the snapshot layout; bumped on any incompatible change."""
+
+NO_SEAL = -(2**62)
+"""The seal before any close_all (hopping windows may start below 0)."""
+
+_I64 = np.int64
+
+
+class KeyTable:
+    """Sorted unique keys; a key's rank is its code, so sorting by code sorts by key text."""
+
+    __slots__ = ("index", "keys")
+
+    def __init__(self, keys: npt.NDArray[np.object_] | None = None) -> None:
+        self.keys: npt.NDArray[np.object_] = (
+            np.empty(0, dtype=object) if keys is None else keys
+        )
+        self.index = pd.Index(self.keys)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def encode(self, keys: npt.NDArray[np.object_]) -> tuple[IntArray, IntArray | None]:
+        """Ranks of ``keys``, adding new ones; also the old→new rank map when ranks moved.
+
+        One hash pass over ``table keys + batch keys``: the table's (sorted, unique) keys take
+        codes ``0..K-1`` = their ranks, so only a batch with new keys needs a re-sort.
+        """
+        n_old = len(self.keys)
+        codes, uniques = pd.factorize(np.concatenate((self.keys, keys)))
+        codes = codes[n_old:].astype(_I64)
+        if len(uniques) == n_old:
+            return codes, None
+        old = self.keys
+        self.keys = np.sort(np.asarray(uniques, dtype=object))
+        self.index = pd.Index(self.keys)
+        # uniques are in first-seen order: old keys first, then the new ones
+        rank_of_code = self.index.get_indexer(uniques).astype(_I64)
+        return rank_of_code[codes], rank_of_code[:n_old] if len(old) else None
+
+    def compact(self, live: IntArray) -> IntArray:
+        """Keep only ranks in sorted unique ``live``; returns the old→new rank map."""
+        remap = np.full(len(self.keys), -1, dtype=_I64)
+        remap[live] = np.arange(len(live), dtype=_I64)
+        self.keys = self.keys[live]
+        self.index = pd.Index(self.keys)
+        return remap
+
+
+@dataclass(slots=True)
+class WindowTable:
+    """Open windows, one row each, sorted by ``(key, start)``; arrays owned by the engine.
+
+    Attributes:
+        key: Key rank (a code into the engine's :class:`KeyTable`).
+        start: Window start, epoch ms (inclusive).
+        end: Window end, epoch ms (exclusive).
+        cols: Aggregate state columns by name (e.g. ``count``, ``sum``).
+        rev: Revisions emitted so far, which is the next revision number.
+        n_late: Accepted records that arrived when the watermark was already >= end.
+        max_late: Largest ``watermark - ts`` (ms) among those late records (0 if none).
+    """
+
+    key: IntArray
+    start: IntArray
+    end: IntArray
+    cols: State
+    rev: IntArray  # revisions emitted so far = the next revision number
+    n_late: IntArray
+    max_late: IntArray
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    @staticmethod
+    def empty(aggs: AggregateSet) -> WindowTable:
+        """A table with no windows and ``aggs``' state columns."""
+        z = np.empty(0, dtype=_I64)
+        return WindowTable(z, z.copy(), z.copy(), aggs.empty(0), z.copy(), z.copy(), z.copy())
+
+    def take(self, idx: npt.NDArray[Any]) -> WindowTable:
+        """The rows ``idx`` (positions or a mask), as a copy."""
+        return WindowTable(self.key[idx], self.start[idx], self.end[idx],
+                      {c: a[idx] for c, a in self.cols.items()}, self.rev[idx],
+                      self.n_late[idx], self.max_late[idx])
+
+    @staticmethod
+    def concat(a: WindowTable, b: WindowTable) -> WindowTable:
+        """The rows of ``a`` then those of ``b``."""
+        return WindowTable(np.concatenate((a.key, b.key)), np.concatenate((a.start, b.start)),
+                      np.concatenate((a.end, b.end)),
+                      {c: np.concatenate((a.cols[c], b.cols[c])) for c in a.cols},
+                      np.concatenate((a.rev, b.rev)), np.concatenate((a.n_late, b.n_late)),
+                      np.concatenate((a.max_late, b.max_late)))
+
+    def insert(self, pos: npt.NDArray[np.intp], new: WindowTable) -> WindowTable:
+        """A copy with ``new``'s rows inserted before positions ``pos`` (as ``np.insert``)."""
+        return WindowTable(np.insert(self.key, pos, new.key), np.insert(self.start, pos, new.start),
+                      np.insert(self.end, pos, new.end),
+                      {c: np.insert(a, pos, new.cols[c]) for c, a in self.cols.items()},
+                      np.insert(self.rev, pos, new.rev), np.insert(self.n_late, pos, new.n_late),
+                      np.insert(self.max_late, pos, new.max_late))
+
+
+
+def unique_sorted(a: IntArray) -> IntArray:
+    """Unique values of an already sorted array."""
+    if len(a) == 0:
+        return a
+    return a[segment_starts(a)]
+
+
+def state_config(config: EngineConfig, aggs: AggregateSet) -> dict[str, Any]:
+    """What gives stored state its meaning: window, grace, aggregate tags, mode."""
+    return {"window": str(config.window), "grace_ms": config.grace_ms,
+            "aggs": list(aggs.tags), "mode": config.mode}
+
+
+def _fingerprint(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """An engine's whole state, as :func:`encode_snapshot` writes and :func:`decode_snapshot` reads.
+
+    Attributes:
+        keys: The key table (ranks of the keys of ``table``).
+        table: The open windows.
+        watermark_ms: The largest watermark the engine was given (ms).
+        max_ts_ms: Max accepted event time so far (ms; -1: none).
+        sealed_ms: Windows starting at or before this were closed by close_all (ms).
+    """
+
+    keys: KeyTable
+    table: WindowTable
+    watermark_ms: int
+    max_ts_ms: int
+    sealed_ms: int
+
+
+def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) -> bytes:
+    """The state as bytes: one Arrow IPC stream, no pickled objects.
+
+    Layout: one record batch, one row per open window, columns ``key`` (dictionary of the
+    live keys, int32 indices), ``start``, ``end``, ``rev``, ``n_late``, ``max_late`` (int64)
+    and one column per aggregate state column (``count`` int64, ``sum``/``min``/``max``
+    float64, …); schema metadata ``revise.format`` (:data:`SNAPSHOT_FORMAT`),
+    ``revise.fingerprint``, ``revise.config`` (JSON, ``config``), ``revise.watermark_ms``,
+    ``revise.max_ts_ms`` and ``revise.sealed_ms``.
+    """
+    st = snap.table
+    live = unique_sorted(st.key)
+    idx = np.searchsorted(live, st.key).astype(np.int32)
+    keys = pa.DictionaryArray.from_arrays(
+        pa.array(idx, type=pa.int32()), pa.array(snap.keys.keys[live], type=pa.string()))
+    arrays: list[pa.Array] = [keys]
+    names = ["key"]
+    for name in ("start", "end", "rev", "n_late", "max_late"):
+        arrays.append(pa.array(getattr(st, name)))
+        names.append(name)
+    for c in aggs.columns:
+        arrays.append(pa.array(st.cols[c.name]))
+        names.append(f"col_{c.name}")
+    meta = {
+        "revise.format": str(SNAPSHOT_FORMAT),
+        "revise.fingerprint": _fingerprint(config),
+        "revise.config": json.dumps(config, sort_keys=True),
+        "revise.watermark_ms": str(snap.watermark_ms),
+        "revise.max_ts_ms": str(snap.max_ts_ms),
+        "revise.sealed_ms": str(snap.sealed_ms),
+    }
+    rb = pa.RecordBatch.from_arrays(arrays, names=names)
+    rb = rb.replace_schema_metadata(meta)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rb.schema) as writer:
+        writer.write_batch(rb)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def decode_snapshot(snapshot: bytes, config: dict[str, Any], aggs: AggregateSet) -> Snapshot:
+    """Read what :func:`encode_snapshot` wrote, for an engine whose state config is ``config``.
+
+    Raises:
+        StateSchemaMismatch: The bytes are not a snapshot, have another format version, or
+            were written under another state config.
+    """
+    try:
+        table = pa.ipc.open_stream(pa.py_buffer(snapshot)).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        msg = f"engine snapshot is not a revise state snapshot ({e}); start from empty state"
+        raise StateSchemaMismatch(msg) from e
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    fmt = meta.get("revise.format")
+    if fmt != str(SNAPSHOT_FORMAT):
+        msg = (
+            f"engine snapshot has format {fmt!r}, this engine reads {SNAPSHOT_FORMAT}; "
+            "restart with a new checkpoint (or the revise version that wrote it)"
+        )
+        raise StateSchemaMismatch(msg)
+    if meta.get("revise.fingerprint") != _fingerprint(config):
+        msg = (
+            f"engine snapshot was written for {meta.get('revise.config')}, this engine "
+            f"runs {json.dumps(config, sort_keys=True)}; restart with the "
+            "original --window/--grace/--aggs/--mode, or with a new checkpoint and query id"
+        )
+        raise StateSchemaMismatch(msg)
+    snap = Snapshot(KeyTable(), WindowTable.empty(aggs), int(meta["revise.watermark_ms"]),
+                    int(meta.get("revise.max_ts_ms", "-1")),
+                    int(meta.get("revise.sealed_ms", str(NO_SEAL))))
+    if table.num_rows == 0:
+        return snap
+    table = table.combine_chunks()
+    key_col = table.column("key").chunk(0)
+    snap.keys = KeyTable(np.asarray(key_col.dictionary.to_numpy(zero_copy_only=False),
+                                    dtype=object))
+    cols = {c.name: np.array(table.column(f"col_{c.name}").to_numpy(), dtype=c.dtype)
+            for c in aggs.columns}
+
+    def i64(name: str) -> IntArray:
+        return np.array(table.column(name).to_numpy(), dtype=_I64)
+
+    snap.table = WindowTable(np.asarray(key_col.indices.to_numpy(), dtype=_I64), i64("start"),
+                             i64("end"), cols, i64("rev"), i64("n_late"), i64("max_late"))
+    return snap

@@ -1,0 +1,131 @@
+"""The read side of the Delta tables: Spark SQL views over them, with time travel (SPEC §5).
+
+Spark (delta-spark) reads the tables the driver wrote with delta-rs (:mod:`sinks.delta_tables`)
+as any Delta table. ``final_windows`` = latest where is_final, ``provisional_windows`` = latest
+where not is_final, ``revision_history`` = revisions, ``late_records`` = late,
+``dead_letters`` = dead_letter; the raw tables are registered under their own names too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
+
+from revise.errors import ConfigError
+from revise.vocab import TABLE_NAMES, VIEW_NAMES
+from sinks.delta_tables import arrow_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = ["REGISTERED_VIEWS", "register_views", "table_schema", "view_sql"]
+
+# view name → (table, filter)
+_VIEWS: Final[Mapping[str, tuple[str, str | None]]] = {
+    "final_windows": ("latest", "is_final"),
+    "provisional_windows": ("latest", "NOT is_final"),
+    "revision_history": ("revisions", None),
+    "late_records": ("late", None),
+    "dead_letters": ("dead_letter", None),
+    **{table: (table, None) for table in TABLE_NAMES},
+}
+REGISTERED_VIEWS: Final = tuple(_VIEWS)
+"""Every view :func:`register_views` creates: the user views, then the raw tables."""
+assert REGISTERED_VIEWS == (*VIEW_NAMES, *TABLE_NAMES)
+
+
+def table_schema(table: str) -> StructType:
+    """The Spark schema of one of :data:`TABLE_NAMES` (what Spark reads back)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema(table))
+
+
+def _quote_path(path: str) -> str:
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def view_sql(
+    name: str,
+    path: str,
+    version: int | None = None,
+    timestamp: str | dt.datetime | None = None,
+) -> str:
+    """The SQL of view ``name`` over the tables under ``path``, optionally time-travelled.
+
+    Args:
+        name: One of :data:`REGISTERED_VIEWS`.
+        path: The Delta root (``--delta-path``).
+        version: Read the view's table as of this Delta version of that table.
+        timestamp: Or as of this time (``'2026-11-21 10:00:00'`` or a datetime, UTC).
+
+    Returns:
+        ``SELECT * FROM delta.`<path>/<table>` [VERSION|TIMESTAMP AS OF …] [WHERE …]``.
+    """
+    if name not in _VIEWS:
+        msg = f"unknown view {name!r}; expected one of {REGISTERED_VIEWS}"
+        raise ConfigError(msg)
+    if version is not None and timestamp is not None:
+        msg = "give a version or a timestamp to time-travel to, not both"
+        raise ConfigError(msg)
+    table, where = _VIEWS[name]
+    sql = f"SELECT * FROM {_quote_path(str(path).rstrip('/') + '/' + table)}"
+    if version is not None:
+        sql += f" VERSION AS OF {int(version)}"
+    elif timestamp is not None:
+        ts = timestamp.isoformat(sep=" ") if isinstance(timestamp, dt.datetime) else timestamp
+        sql += " TIMESTAMP AS OF '" + str(ts).replace("'", "''") + "'"
+    if where:
+        sql += f" WHERE {where}"
+    return sql
+
+
+def register_views(
+    spark: SparkSession,
+    path: str,
+    *,
+    version: int | None = None,
+    timestamp: str | dt.datetime | None = None,
+) -> list[str]:
+    """Create (or replace) the temp views :data:`REGISTERED_VIEWS` over the tables under ``path``.
+
+    ``final_windows`` = latest where is_final; ``provisional_windows`` = latest where not
+    is_final; ``revision_history`` = revisions; ``late_records`` = late; ``dead_letters`` =
+    dead_letter; plus each raw table under its own name.
+
+    Time travel: ``timestamp`` reads every table as of that time. ``version`` is a version of
+    ``latest`` (the table a ``--as-of-version`` user asks about); the other tables are read at
+    their last version committed no later than that ``latest`` version, so all views show one
+    moment (each table has its own version numbers).
+
+    Returns:
+        The view names.
+    """
+    root = str(path).rstrip("/")
+    versions: dict[str, int | None] = dict.fromkeys(TABLE_NAMES)
+    if version is not None:
+        versions = _versions_at_latest(spark, root, version)
+    for name, (table, _) in _VIEWS.items():
+        sql = view_sql(name, root, version=versions[table], timestamp=timestamp)
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW `{name}` AS {sql}")
+    return list(REGISTERED_VIEWS)
+
+
+def _versions_at_latest(spark: SparkSession, root: str, version: int) -> dict[str, int | None]:
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    hist = DeltaTable.forPath(spark, f"{root}/latest").history()
+    row = hist.where(F.col("version") == version).select("timestamp").first()
+    if row is None:
+        msg = f"{root}/latest has no version {version}; see DESCRIBE HISTORY for its versions"
+        raise ConfigError(msg)
+    at = row["timestamp"]
+    out: dict[str, int | None] = {"latest": version}
+    for table in ("revisions", "late", "dead_letter"):
+        h = DeltaTable.forPath(spark, f"{root}/{table}").history()
+        best = h.where(F.col("timestamp") <= F.lit(at)).agg(F.max("version")).first()
+        out[table] = int(best[0]) if best is not None and best[0] is not None else 0
+    return out

@@ -1,0 +1,251 @@
+"""The commit of a micro-batch: exactly once to the Kafka changelog and the Delta tables.
+
+:class:`BatchCommitter` is the query's ``foreachBatch`` sink; its ``__call__`` docstring numbers
+the whole commit sequence once (1–4, with the Kafka sub-steps 2a–2e and the Delta sub-steps
+3a–3d) and names the crash points the crash tests kill the process at. The sinks' docstrings
+(:meth:`sinks.kafka.writer.TransactionalChangelog.commit_batch`,
+:meth:`sinks.delta_tables.DeltaTables.write_batch`) and code comments use the same numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from revise.jobconfig import JobConfig
+from revise.spark.operator import BatchTables, decode_output
+from revise.vocab import TABLE_NAMES
+from sinks.delta_tables import DeltaTables
+from sinks.kafka import TransactionalChangelog
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["CRASH_POINTS", "RECENT_PROGRESS", "BatchCommitter", "CrashHook", "JobResult",
+           "crash_hook_from_env"]
+
+log = logging.getLogger("revise.job")
+
+CrashHook = Callable[[str, int], None]
+
+CRASH_POINTS: Final = ("before_kafka", "before_kafka_commit", "after_kafka", "during_delta",
+                       "after_delta")
+"""Where :meth:`BatchCommitter.__call__` calls its crash hook (named under steps 1–3)."""
+
+RECENT_PROGRESS: Final = 64
+"""How many of the latest Spark progress reports a :class:`JobResult` keeps."""
+
+
+@dataclass(slots=True)
+class JobResult:
+    """What a run did (the driver's view); nothing in it grows with the number of batches.
+
+    Attributes:
+        query_id: The job's id.
+        batches: Micro-batches committed (including replays found committed).
+        input_records: Input rows Spark reported read (close-all commands included).
+        revisions: Revisions committed.
+        late: Too-late records committed.
+        dead_letters: Dead letters committed.
+        skipped_batches: Batches whose Kafka transaction was found committed (replays).
+        first_revision_s: Seconds from the committer's start to the first revision (None: none).
+        seconds: Wall time of the whole run (s).
+        commit_seconds: Time in the committer (s), of which ``collect_seconds`` computing and
+            collecting the batch, ``kafka_seconds`` the Kafka transaction and
+            ``delta_seconds`` the Delta writes; ``delta_table_seconds`` per table.
+        last_watermark_ms: The highest watermark a committed revision carried (ms).
+        stopped_by_signal: The run ended because the stop event was set.
+        first_progress: Spark's progress report of the first micro-batch (None: no batch).
+        recent_progress: The last :data:`RECENT_PROGRESS` progress reports.
+    """
+
+    query_id: str
+    batches: int = 0
+    input_records: int = 0
+    revisions: int = 0
+    late: int = 0
+    dead_letters: int = 0
+    skipped_batches: int = 0
+    first_revision_s: float | None = None
+    seconds: float = 0.0
+    commit_seconds: float = 0.0
+    collect_seconds: float = 0.0
+    kafka_seconds: float = 0.0
+    delta_seconds: float = 0.0
+    delta_table_seconds: dict[str, float] = field(default_factory=dict)
+    last_watermark_ms: int = 0
+    stopped_by_signal: bool = False
+    first_progress: dict[str, Any] | None = None
+    recent_progress: deque[dict[str, Any]] = field(
+        default_factory=lambda: deque(maxlen=RECENT_PROGRESS))
+
+    def add_progress(self, progress: dict[str, Any]) -> None:
+        """Account one new Spark progress report."""
+        self.input_records += int(progress.get("numInputRows") or 0)
+        if self.first_progress is None:
+            self.first_progress = progress
+        self.recent_progress.append(progress)
+
+
+def crash_hook_from_env() -> CrashHook | None:
+    """``REVISE_CRASH_AT=<point>:<batch_id>`` SIGKILLs this process at that point (tests only).
+
+    Points are :data:`CRASH_POINTS`; :meth:`BatchCommitter.__call__` says where each one is.
+    The hook fires at the first batch ``>= batch_id``.
+    """
+    spec = os.environ.get("REVISE_CRASH_AT")
+    if not spec:
+        return None
+    point, _, batch = spec.partition(":")
+    target = int(batch or 0)
+
+    def hook(at: str, batch_id: int) -> None:
+        if at == point and batch_id >= target:
+            log.warning("REVISE_CRASH_AT: killing the job at %s of batch %d", at, batch_id)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+class BatchCommitter:
+    """The ``foreachBatch`` sink: commits each micro-batch exactly once to Kafka and Delta."""
+
+    def __init__(
+        self,
+        cfg: JobConfig,
+        changelog: TransactionalChangelog,
+        tables: DeltaTables,
+        result: JobResult,
+        crash_hook: CrashHook | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.changelog = changelog
+        self.tables = tables
+        self.result = result
+        self.crash_hook = crash_hook
+        self.started = time.monotonic()
+        self.last_batch_id: int | None = None
+        self.error: BaseException | None = None
+
+    def _crash(self, point: str, batch_id: int) -> None:
+        if self.crash_hook is not None:
+            self.crash_hook(point, batch_id)
+
+    # Longer than ~60 lines: the docstring is the one numbering of the commit sequence and
+    # the body follows it step by step.
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """Commit micro-batch ``batch_id``; a replay after a crash changes nothing.
+
+        The commit sequence (the one numbering of it; the same numbers mark the code here and
+        in the sinks; crash points in brackets):
+
+        1. Collect: compute the batch and collect it to the driver (the stateful operator's
+           Arrow chunks, decoded into revisions, too-late records and dead letters); stamp
+           ``emitted_at_ms`` with the wall clock, once, so Kafka and Delta carry one value.
+           A batch with no output at all ends here. [``before_kafka``: nothing written]
+        2. Kafka, one transaction (``TransactionalChangelog.commit_batch``):
+           2a. skip if the progress topic already holds this batch (a replay; the revisions
+               are re-stamped with the ``emitted_at_ms`` the committed marker carries, so
+               Delta gets what Kafka has);
+           2b. begin the transaction;
+           2c. produce the revisions (key = the window), too-late records, dead letters;
+           2d. produce the progress marker (query_id, batch_id, emitted_at_ms);
+               [``before_kafka_commit``: inside the open transaction]
+           2e. commit. On any error the transaction is aborted and the error raised, which
+               fails the query loudly; a fenced producer (another instance took over this
+               query id) raises ``ProducerFencedError``.
+           [``after_kafka``: Kafka committed, Delta not written]
+        3. Delta (``DeltaTables.write_batch``, from the same Arrow tables, the four at once),
+           each write tagged with the app transaction (revise-<query_id>, batch_id) so a
+           replayed batch is a no-op:
+           3a. append ``revisions``; [``during_delta``: after 3a, the others in any state]
+           3b. append ``late``;
+           3c. append ``dead_letter``;
+           3d. MERGE ``latest`` (only a higher revision replaces a row).
+           [``after_delta``: everything written, Spark has not recorded the batch]
+        4. Return: Spark records the batch in its commit log. A crash anywhere before this
+           replays the batch with the same offsets and state, so the same revisions, and
+           steps 2 and 3 turn the replay into no-ops where they already happened.
+        """
+        t0 = time.monotonic()
+        try:
+            # 1. compute, collect, decode, stamp
+            out = decode_output(df.toArrow())
+            self.result.collect_seconds += time.monotonic() - t0
+            emitted_at = int(time.time() * 1000)
+            revisions = _stamp(out.revisions, emitted_at)
+            if out.empty:
+                self._account(batch_id, out, None, t0, 0.0)
+                return
+            self._crash("before_kafka", batch_id)
+            # 2. Kafka: one transaction, skipped when this batch is already committed
+            tk = time.monotonic()
+            committed = self.changelog.commit_batch(
+                batch_id, revisions, out.late, out.dead, emitted_at_ms=emitted_at,
+                before_commit=lambda: self._crash("before_kafka_commit", batch_id),
+            )
+            if committed.skipped and committed.emitted_at_ms is not None:
+                revisions = _stamp(revisions, committed.emitted_at_ms)
+            kafka_s = time.monotonic() - tk
+            self._crash("after_kafka", batch_id)
+            # 3. Delta: idempotent per (query_id, batch_id)
+            td = time.monotonic()
+            self.tables.write_batch(
+                self.cfg.query_id, batch_id, revisions, out.late, out.dead,
+                after_table=lambda t: self._crash("during_delta", batch_id) if t == "revisions"
+                else None,
+            )
+            self._account_delta(time.monotonic() - td)
+            self._crash("after_delta", batch_id)
+            self._account(batch_id, out, committed.skipped, t0, kafka_s)
+        except BaseException as exc:
+            self.error = exc
+            raise
+        # 4. return → Spark commits the batch
+
+    def _account_delta(self, seconds: float) -> None:
+        self.result.delta_seconds += seconds
+        timings = self.tables.last_timings
+        if timings is not None:
+            per = self.result.delta_table_seconds
+            for name in TABLE_NAMES:
+                per[name] = per.get(name, 0.0) + getattr(timings, name)
+
+    def _account(
+        self, batch_id: int, out: BatchTables, skipped: bool | None, t0: float,
+        kafka_s: float,
+    ) -> None:
+        r = self.result
+        r.batches += 1
+        self.last_batch_id = batch_id
+        revisions = out.revisions
+        r.revisions += revisions.num_rows
+        r.late += out.late.num_rows
+        r.dead_letters += out.dead.num_rows
+        if revisions.num_rows:
+            if r.first_revision_s is None:
+                r.first_revision_s = time.monotonic() - self.started
+            wm = pc.max(revisions.column("watermark_ms")).as_py()
+            if wm is not None:
+                r.last_watermark_ms = max(r.last_watermark_ms, int(wm))
+        if skipped:
+            r.skipped_batches += 1
+        r.kafka_seconds += kafka_s
+        r.commit_seconds += time.monotonic() - t0
+
+
+def _stamp(revisions: pa.Table, emitted_at: int) -> pa.Table:
+    """``revisions`` with ``emitted_at_ms`` set to ``emitted_at`` on every row."""
+    i = revisions.schema.get_field_index("emitted_at_ms")
+    column = pa.array(np.full(revisions.num_rows, emitted_at, dtype=np.int64))
+    return revisions.set_column(i, revisions.schema.field(i), column)

@@ -1,0 +1,315 @@
+"""Running the job: preflight, start the query, drive it until it stops, report what it did.
+
+The query (:mod:`revise.spark.stream`) runs the engine in Spark's stateful operator
+(:mod:`revise.spark.operator`); its sink is the :class:`~revise.spark.committer.BatchCommitter`.
+This module starts it and watches it (:class:`JobDriver`).
+
+Why these choices (checked on Spark 4.2, pinned by tests/integration/test_spark_semantics.py):
+
+- The watermark is Spark's, computed from every partition's accepted records, identical for
+  all shards (``state.getCurrentWatermarkMs()``). With a processing-time timeout Spark does not
+  drop rows behind the watermark: the engine sees every late record and decides itself.
+- A processing-time timeout of 1 ms makes Spark call every shard that holds open windows in
+  every micro-batch, including micro-batches without new data, so windows close as the
+  watermark advances even for keys that receive nothing.
+- Such a query never runs out of micro-batches, so ``availableNow`` would never end. A bounded
+  run (``--once``) instead records the input's end offsets at start, runs until the query has
+  read them, then drops a close-all command file into the control source; the micro-batch
+  that reads it closes every window (one FINAL each) and the job stops. The command is part of
+  the checkpointed input, so a crash and restart replays it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from revise.errors import ConfigError, ReviseError
+from revise.jobconfig import JobConfig
+from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
+from revise.spark.session import spark_session
+from revise.spark.stream import build_stream, write_close_all
+from sinks.delta_tables import DeltaTables
+from sinks.kafka import (
+    ChangelogConfig,
+    ProducerFencedError,
+    TransactionalChangelog,
+    end_offsets,
+    ensure_topics,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = ["JobDriver", "JobError", "JobResult", "preflight", "run_job"]
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+
+
+class JobError(ReviseError, RuntimeError):
+    """The streaming query failed; the message carries Spark's reason."""
+
+
+def _check_checkpoint(cfg: JobConfig) -> None:
+    """Refuse a checkpoint written under settings that change the state's meaning."""
+    path = Path(cfg.checkpoint)
+    meta = path / "revise-job.json"
+    want = cfg.fingerprint()
+    if meta.is_file():
+        have = json.loads(meta.read_text())
+        diff = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
+        if diff:
+            lines = ", ".join(
+                f"{k}: checkpoint has {a!r}, asked {b!r}" for k, (a, b) in diff.items()
+            )
+            msg = (
+                f"--checkpoint {cfg.checkpoint} belongs to a job with other settings ({lines}); "
+                "use the original settings or a new --checkpoint (and --query-id)"
+            )
+            raise ConfigError(msg)
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps(want, indent=2))
+
+
+def preflight(cfg: JobConfig) -> None:
+    """Run the checks that need no Spark, before Spark starts.
+
+    The input topic must exist (missing output topics are created) and the checkpoint, if
+    any, must have been written with these settings. :func:`run_job` runs it; callers need
+    not.
+
+    Raises:
+        ConfigError: Either check failed (the CLI exits 2).
+    """
+    ensure_topics(cfg.bootstrap_servers, cfg.input_topic,
+                  (cfg.changelog_topic, cfg.late_topic, cfg.dead_letter_topic))
+    _check_checkpoint(cfg)
+
+
+# Longer than ~60 lines: a long docstring, then the wiring of the query in one sequence.
+def run_job(
+    cfg: JobConfig,
+    *,
+    spark: SparkSession | None = None,
+    master: str | None = None,
+    stop_event: threading.Event | None = None,
+    on_progress: ProgressCallback | None = None,
+    crash_hook: CrashHook | None = None,
+    timeout_s: float | None = None,
+) -> JobResult:
+    """Run the job until stopped (or, with ``cfg.once``, until the input at start is done).
+
+    Args:
+        cfg: The job's configuration.
+        spark: A session to use; when None, the project's session is started after the
+            preflight (so configuration errors come before Spark's start-up).
+        master: The Spark master of that session (None: local, or spark-submit's).
+        stop_event: Set it to stop cleanly (the CLI sets it on SIGINT/SIGTERM).
+        on_progress: Called with each new Spark progress report (a dict).
+        crash_hook: Test hook called at the commit's crash points (see ``REVISE_CRASH_AT``).
+        timeout_s: Give up (JobError) after this long; None: no limit.
+
+    Raises:
+        ConfigError: The input topic is missing or the checkpoint belongs to other settings.
+        ProducerFencedError: Another instance with the same query id took over.
+        JobError: The streaming query failed.
+    """
+    t_start = time.monotonic()
+    preflight(cfg)
+    ends = end_offsets(cfg.bootstrap_servers, cfg.input_topic) if cfg.once else None
+    spark = spark or spark_session(f"revise-{cfg.query_id}", master=master)
+    control_dir = str(Path(cfg.checkpoint) / "control")
+    Path(control_dir).mkdir(parents=True, exist_ok=True)
+    tables = DeltaTables(cfg.delta_path).ensure()
+    result = JobResult(cfg.query_id)
+    changelog = TransactionalChangelog(ChangelogConfig(
+        bootstrap_servers=cfg.bootstrap_servers,
+        query_id=cfg.query_id,
+        changelog_topic=cfg.changelog_topic,
+        late_topic=cfg.late_topic,
+        dead_letter_topic=cfg.dead_letter_topic,
+        progress_topic=cfg.progress_topic,
+        transactional=cfg.transactional,
+    )).open()
+    committer = BatchCommitter(cfg, changelog, tables, result,
+                               crash_hook or crash_hook_from_env())
+    query = (
+        build_stream(spark, cfg, control_dir).writeStream.outputMode("update")
+        .queryName(f"revise_{cfg.query_id}".replace("-", "_").replace(".", "_"))
+        .option("checkpointLocation", str(Path(cfg.checkpoint) / "spark"))
+        .trigger(processingTime=f"{cfg.effective_trigger_ms} milliseconds")
+        .foreachBatch(committer)
+        .start()
+    )
+    driver = JobDriver(query, cfg, committer, ends=ends, control_dir=control_dir,
+                       stop_event=stop_event, on_progress=on_progress, timeout_s=timeout_s,
+                       started=t_start)
+    try:
+        driver.run()
+    finally:
+        if query.isActive:
+            query.stop()
+        changelog.close()
+    if isinstance(committer.error, ProducerFencedError):
+        raise committer.error
+    result.seconds = time.monotonic() - t_start
+    return result
+
+
+@dataclass(slots=True)
+class _BoundedRun:
+    """The progress of a bounded run's end: input read, close-all written, close-all read."""
+
+    ends: dict[int, int]
+    close_file: Path | None = None
+    control_before: int = -1
+
+
+class JobDriver:
+    """Watches a started query: reports progress, honours stop requests, ends a bounded run.
+
+    Args:
+        query: The started streaming query.
+        cfg: The job's configuration.
+        committer: The query's sink (its ``result`` is filled; its ``error`` tells why a
+            failed query failed).
+        ends: The input's end offsets at start (a bounded run), or None.
+        control_dir: The control source's directory (close-all commands).
+        stop_event: Set to stop between micro-batches.
+        on_progress: Called with each new Spark progress report.
+        timeout_s: Raise JobError after this long (s); None: no limit.
+        started: ``time.monotonic()`` when the run started.
+    """
+
+    def __init__(self, query: StreamingQuery, cfg: JobConfig, committer: BatchCommitter, *,
+                 ends: dict[int, int] | None, control_dir: str,
+                 stop_event: threading.Event | None, on_progress: ProgressCallback | None,
+                 timeout_s: float | None, started: float) -> None:
+        self.query = query
+        self.cfg = cfg
+        self.committer = committer
+        self.result = committer.result
+        self.bounded = _BoundedRun(ends) if ends is not None else None
+        self.control_dir = control_dir
+        self.stop_event = stop_event
+        self.on_progress = on_progress
+        self.timeout_s = timeout_s
+        self.started = started
+        self.last_batch_id = -1
+
+    def run(self) -> None:
+        """Poll the query every 0.2 s until it ends, fails, is stopped or times out.
+
+        Raises:
+            ProducerFencedError: Another instance with the same query id took over.
+            JobError: The query failed, or did not finish within ``timeout_s``.
+        """
+        query = self.query
+        while True:
+            self._raise_if_failed()
+            if not query.isActive:
+                self._absorb()
+                return
+            self._absorb()
+            if self.stop_event is not None and self.stop_event.is_set():
+                self.result.stopped_by_signal = True
+                _stop_between_batches(query)
+                self._absorb()
+                return
+            if self.timeout_s is not None and time.monotonic() - self.started > self.timeout_s:
+                query.stop()
+                msg = f"the job did not finish within {self.timeout_s:.0f}s"
+                raise JobError(msg)
+            if self.bounded is not None and self._bounded_done(query.lastProgress):
+                _stop_between_batches(query)
+                self._absorb()
+                return
+            time.sleep(0.2)
+
+    def _absorb(self) -> None:
+        """Account the progress reports of batches not seen yet."""
+        for progress in self.query.recentProgress:
+            bid = progress.get("batchId")
+            if bid is None or bid <= self.last_batch_id:
+                continue
+            self.last_batch_id = bid
+            self.result.add_progress(progress)
+            if self.on_progress is not None:
+                self.on_progress(progress)
+
+    def _raise_if_failed(self) -> None:
+        """Turn a failed query into the error the caller can act on (decided by its type)."""
+        exc = self.query.exception()
+        if exc is None:
+            return
+        if isinstance(self.committer.error, ProducerFencedError):
+            msg = (
+                f"this instance of query {self.cfg.query_id!r} was fenced: another instance "
+                "with the same --query-id took over; this one stops"
+            )
+            raise ProducerFencedError(msg) from None
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else repr(exc)
+        msg = f"the streaming query failed: {first}"
+        raise JobError(msg)
+
+    def _bounded_done(self, progress: dict[str, Any] | None) -> bool:
+        """A bounded run: write the close-all once the input is read; True once it was read."""
+        b = self.bounded
+        assert b is not None
+        if not progress and any(b.ends.values()):
+            return False
+        if b.close_file is None:
+            read = (_source_offsets(progress or {}, 0) or {}).get(self.cfg.input_topic, {})
+            if all(int(read.get(str(p), 0)) >= hi for p, hi in b.ends.items() if hi > 0):
+                ctl = _source_offsets(progress or {}, 1)
+                b.control_before = int(ctl["logOffset"]) if ctl else -1
+                b.close_file = write_close_all(self.control_dir, self.cfg.shards)
+            return False
+        if progress:
+            ctl = _source_offsets(progress, 1)
+            # The micro-batch that read the close-all command has committed.
+            return ctl is not None and int(ctl["logOffset"]) > b.control_before
+        return False
+
+
+def _source_offsets(progress: dict[str, Any], index: int) -> Any:
+    sources = progress.get("sources") or []
+    if len(sources) <= index:
+        return None
+    raw = sources[index].get("endOffset")
+    if raw is None:
+        return None
+    return json.loads(raw) if isinstance(raw, str) else raw
+
+
+def _stop_between_batches(query: StreamingQuery, wait_s: float = 30.0) -> None:
+    """Stop the query right after a micro-batch has committed (or after ``wait_s``).
+
+    Stopping in the middle of a batch is safe (the batch is replayed on restart) but makes
+    Spark log an interrupted batch; between batches it is silent. The processing-time
+    timeout makes Spark run no-data micro-batches back to back (trigger 0 under ``--once``),
+    so the trigger is almost never seen inactive: the moment just after a batch reports its
+    progress (its commit log is written then) is the gap to aim for.
+    """
+    deadline = time.monotonic() + wait_s
+
+    def last_batch() -> Any:
+        progress = query.lastProgress
+        return progress.get("batchId") if progress else None
+
+    last = last_batch()
+    while time.monotonic() < deadline and query.isActive:
+        if not query.status.get("isTriggerActive", False):
+            break
+        if last_batch() != last:
+            break
+        time.sleep(0.02)
+    query.stop()

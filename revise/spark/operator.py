@@ -1,0 +1,213 @@
+"""The stateful operator: the revision engine inside Spark, and its Arrow output codec.
+
+Spark calls :func:`make_state_fn`'s function once per shard and micro-batch (for shards with
+data or open windows). It restores the shard's :class:`~revise.engine.Engine` from the
+snapshot in Spark's state store, applies the batch against Spark's global watermark, and
+returns its revisions, too-late records and dead letters as a few rows holding Arrow IPC
+streams (``kind``, ``rows``, ``payload``): Spark moves a few large binary values instead of
+converting every revision row pandas → Arrow → Spark rows → Arrow on the way to the driver,
+which collects them anyway (Kafka and Delta are written from there). On the driver
+:func:`decode_output` turns the collected rows back into one typed :class:`BatchTables`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from revise.config import EngineConfig
+from revise.engine import Engine, InputBatch
+from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.state import GroupState
+
+__all__ = [
+    "KIND_SCHEMAS",
+    "OUTPUT_DDL",
+    "STATE_DDL",
+    "BatchTables",
+    "decode_output",
+    "encode_output",
+    "make_state_fn",
+]
+
+KIND_SCHEMAS: Final[dict[str, pa.Schema]] = {
+    "revision": REVISION_SCHEMA,
+    "late": LATE_SCHEMA,
+    "dead": DEAD_LETTER_SCHEMA,
+}
+"""The operator's output kinds (the ``kind`` column) and the schema of each payload."""
+
+OUTPUT_DDL: Final = "kind STRING, rows BIGINT, payload BINARY"
+STATE_DDL: Final = "snapshot BINARY"
+CHUNK_ROWS = 250_000
+"""Rows per IPC chunk (~120 MB of revisions at most): far below Spark's 2 GB value limit."""
+
+# The accepted records' columns, in InputBatch.from_arrays order, with their numpy types.
+_INPUT_COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("key", object), ("ts_ms", np.int64), ("value", np.float64), ("partition", np.int32),
+    ("offset", np.int64),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTables:
+    """One micro-batch's output on the driver, as Arrow tables.
+
+    Attributes:
+        revisions: Revisions (:data:`~revise.records.REVISION_SCHEMA`), each window's in
+            revision order.
+        late: Too-late records (:data:`~revise.records.LATE_SCHEMA`).
+        dead: Dead letters (:data:`~revise.records.DEAD_LETTER_SCHEMA`).
+    """
+
+    revisions: pa.Table
+    late: pa.Table
+    dead: pa.Table
+
+    @property
+    def empty(self) -> bool:
+        """True when the batch produced nothing at all."""
+        return not (self.revisions.num_rows or self.late.num_rows or self.dead.num_rows)
+
+
+def make_state_fn(
+    engine_cfg: EngineConfig, topic: str
+) -> Callable[[Any, Iterator[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]:
+    """The per-shard function Spark calls once per micro-batch for each shard with data or state.
+
+    It restores the shard's engine from its snapshot, applies the batch's records against the
+    watermark Spark gives (the same for every shard), handles a close-all command, emits the
+    revisions, too-late records and dead letters (:func:`encode_output`), and stores the new
+    snapshot — or drops the state when no window is open.
+    """
+
+    def fn(key: Any, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or 0) if ctx else 0
+        watermark_ms = max(0, int(state.getCurrentWatermarkMs()))
+        now_ms = int(state.getCurrentProcessingTimeMs())
+        engine = Engine.build(engine_cfg, state.get[0] if state.exists else None)
+        batch, dead, close_all = _split_input([p for p in pdfs if len(p)], topic, batch_id)
+        out = engine.process(batch, watermark_ms=watermark_ms, batch_id=batch_id, now_ms=now_ms)
+        revisions = [out.revisions.to_arrow()]
+        if close_all:
+            last = watermark_ms
+            if out.max_accepted_ts_ms is not None:
+                last = max(last, out.max_accepted_ts_ms - engine_cfg.watermark_delay_ms)
+            closed = engine.close_all(watermark_ms=last, batch_id=batch_id, now_ms=now_ms)
+            revisions.append(closed.revisions.to_arrow())
+        if engine.open_windows:
+            state.update((engine.snapshot(),))
+            state.setTimeoutDuration(1)
+        elif engine.sealed:
+            # Nothing open, but closed-by-close-all windows must stay closed: keep the
+            # (tiny) snapshot that remembers it, without a timeout.
+            state.update((engine.snapshot(),))
+        elif state.exists:
+            state.remove()
+        chunks = encode_output(revisions=revisions, late=[out.late.to_arrow()], dead=dead)
+        if chunks is not None:
+            yield chunks
+
+    return fn
+
+
+def _split_input(frames: list[pd.DataFrame], topic: str,
+                 batch_id: int) -> tuple[InputBatch, list[pa.Table], bool]:
+    """A shard's rows → (accepted records, dead letters, whether a close-all command came)."""
+    if not frames:
+        return InputBatch.empty(topic), [], False
+    command = np.concatenate([f["command"].notna().to_numpy() for f in frames])
+    bad = np.concatenate([f["reason"].notna().to_numpy() for f in frames]) & ~command
+    good = ~bad & ~command
+    dead: list[pa.Table] = []
+    if good.all():
+        # The usual case: numpy concatenation, cheaper than pd.concat + a mask.
+        columns = {
+            name: np.concatenate([f[name].to_numpy(dtype=dtype) for f in frames])
+            for name, dtype in _INPUT_COLUMNS
+        }
+    else:
+        rows = pd.concat(frames, ignore_index=True)
+        if bad.any():
+            dead.append(_dead_letters(rows[bad], topic, batch_id))
+        accepted = rows[good]  # bad rows have null ts/value: select before typing
+        columns = {name: accepted[name].to_numpy(dtype=dtype) for name, dtype in _INPUT_COLUMNS}
+    batch = InputBatch.from_arrays(
+        columns["key"], columns["ts_ms"], columns["value"], columns["partition"],
+        columns["offset"], topic=topic,
+    )
+    return batch, dead, bool(command.any())
+
+
+def encode_output(*, revisions: Sequence[pa.Table], late: Sequence[pa.Table],
+                  dead: Sequence[pa.Table]) -> pd.DataFrame | None:
+    """A shard's output tables → the operator's rows (None when all are empty).
+
+    One row per kind and chunk of at most :data:`CHUNK_ROWS` rows: ``kind``, ``rows``,
+    ``payload`` (an Arrow IPC stream with the kind's schema). :func:`decode_output` is the
+    inverse.
+    """
+    chunks: list[tuple[str, int, bytes]] = []
+    for kind, tables in (("revision", revisions), ("late", late), ("dead", dead)):
+        if not any(t.num_rows for t in tables):
+            continue
+        table = pa.concat_tables(tables).cast(KIND_SCHEMAS[kind])
+        for start in range(0, table.num_rows, CHUNK_ROWS):
+            chunks.append((kind, *_ipc(table.slice(start, CHUNK_ROWS))))
+    if not chunks:
+        return None
+    return pd.DataFrame({
+        "kind": [k for k, _n, _b in chunks],
+        "rows": [n for _k, n, _b in chunks],
+        "payload": [b for _k, _n, b in chunks],
+    })
+
+
+def _ipc(table: pa.Table) -> tuple[int, bytes]:
+    """``(rows, Arrow IPC stream bytes)`` of one output table."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return table.num_rows, sink.getvalue().to_pybytes()
+
+
+def decode_output(collected: pa.Table) -> BatchTables:
+    """The stateful operator's collected chunks → one table per kind (empty ones included).
+
+    Chunks keep their order (the order Spark collected them in); rows inside a chunk keep the
+    engine's emission order, so one window's revisions of a batch stay in revision order.
+    """
+    parts: dict[str, list[pa.Table]] = {k: [] for k in KIND_SCHEMAS}
+    kinds = collected.column("kind").to_pylist()
+    payloads = collected.column("payload")
+    for i, kind in enumerate(kinds):
+        parts[kind].append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
+    tables = {
+        k: pa.concat_tables(v) if v else KIND_SCHEMAS[k].empty_table() for k, v in parts.items()
+    }
+    return BatchTables(tables["revision"], tables["late"], tables["dead"])
+
+
+def _dead_letters(rows: pd.DataFrame, topic: str, batch_id: int) -> pa.Table:
+    n = len(rows)
+    return pa.table(
+        {
+            "raw_value": pa.array(rows["raw_value"].tolist(), pa.string()),
+            "reason": pa.array(rows["reason"].tolist(), pa.string()),
+            "topic": pa.array([topic] * n, pa.string()),
+            "partition": pa.array(rows["partition"].to_numpy(dtype=np.int32)),
+            "offset": pa.array(rows["offset"].to_numpy(dtype=np.int64)),
+            "batch_id": pa.array(np.full(n, batch_id, dtype=np.int64)),
+        },
+        schema=DEAD_LETTER_SCHEMA,
+    )

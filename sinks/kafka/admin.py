@@ -1,0 +1,119 @@
+"""Topics: create the job's output topics, read an input topic's end offsets.
+
+The job runs these before Spark starts (preflight): a missing input topic is a usage error
+(exit 2) rather than a Spark failure minutes later.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from revise.errors import ConfigError
+from sinks.kafka.errors import ChangelogError, kafka_error
+from sinks.kafka.logs import client_logging
+
+__all__ = ["create_topics", "end_offsets", "ensure_compacted_topic", "ensure_topics"]
+
+
+def _missing_input(topic: str, bootstrap_servers: str) -> ConfigError:
+    msg = (
+        f"--input-topic {topic!r} does not exist on {bootstrap_servers}; "
+        "create it or produce to it first (revise generate)"
+    )
+    return ConfigError(msg)
+
+
+def ensure_topics(bootstrap_servers: str, input_topic: str,
+                  outputs: Iterable[str | None], *, timeout_s: float = 30.0) -> None:
+    """Check that ``input_topic`` exists; create the missing ``outputs`` (None: skipped).
+
+    Output topics get as many partitions as the input topic. A topic created concurrently by
+    someone else is fine.
+
+    Raises:
+        ConfigError: The input topic does not exist.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **client_logging()})
+    md = admin.list_topics(timeout=timeout_s)
+    if input_topic not in md.topics:
+        raise _missing_input(input_topic, bootstrap_servers)
+    partitions = max(1, len(md.topics[input_topic].partitions))
+    create_topics(bootstrap_servers, [t for t in outputs if t and t not in md.topics],
+                  partitions=partitions, timeout_s=timeout_s, admin=admin)
+
+
+def create_topics(bootstrap_servers: str, topics: Iterable[str], *, partitions: int,
+                  timeout_s: float = 30.0, admin: AdminClient | None = None) -> None:
+    """Create the ``topics`` that do not exist yet with ``partitions`` partitions each.
+
+    A topic created concurrently by someone else is fine.
+    """
+    admin = admin or AdminClient({"bootstrap.servers": bootstrap_servers, **client_logging()})
+    existing = admin.list_topics(timeout=timeout_s).topics
+    want = [t for t in topics if t not in existing]
+    if not want:
+        return
+    futures = admin.create_topics([NewTopic(t, num_partitions=partitions) for t in want])
+    for f in futures.values():
+        try:
+            f.result(timeout_s)
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def end_offsets(bootstrap_servers: str, topic: str, *,
+                timeout_s: float = 30.0) -> dict[int, int]:
+    """The topic's committed end offset per partition, as a read_committed reader sees.
+
+    Raises:
+        ConfigError: The topic does not exist.
+    """
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": f"revise-offsets-{uuid.uuid4().hex[:8]}",
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        **client_logging(),
+    })
+    try:
+        md = consumer.list_topics(topic, timeout=timeout_s)
+        meta = md.topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise _missing_input(topic, bootstrap_servers)
+        ends = {}
+        for p in meta.partitions:
+            _lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            ends[p] = hi
+        return ends
+    finally:
+        consumer.close()
+
+
+def ensure_compacted_topic(bootstrap_servers: str, topic: str, *, timeout_s: float) -> None:
+    """Create ``topic`` (one partition, ``cleanup.policy=compact``) unless it exists.
+
+    Raises:
+        ChangelogError: The topic could not be created.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **client_logging()})
+    md = admin.list_topics(timeout=timeout_s)
+    if topic in md.topics and md.topics[topic].error is None:
+        return
+    fut = admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replication_factor=-1,
+                  config={"cleanup.policy": "compact"})],
+        operation_timeout=timeout_s,
+    )[topic]
+    try:
+        fut.result(timeout_s)
+    except KafkaException as e:
+        err = kafka_error(e)
+        if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            msg = f"cannot create progress topic {topic!r}: {err or e}"
+            raise ChangelogError(msg) from e
