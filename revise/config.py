@@ -1,6 +1,7 @@
 """Engine configuration: durations, window specs and the frozen, self-validating EngineConfig.
 
-Durations are integers with a unit: ``500ms``, ``10s``, ``5m``, ``1h`` (stored as int ms).
+Durations are integers with a unit: ``500ms``, ``10s``, ``5m``, ``1h``, ``1d`` (stored as int ms;
+a day is 86,400,000 ms: event time has no leap seconds or time zones).
 Window specs: ``tumbling:SIZE``, ``hopping:SIZE:ADVANCE``, ``session:GAP``.
 
 Trace: ``WindowSpec.parse("hopping:10s:5s") → WindowSpec(kind="hopping", size_ms=10000,
@@ -34,13 +35,13 @@ WindowKind = Literal["tumbling", "hopping", "session"]
 AGGREGATE_NAMES: tuple[str, ...] = tuple(REGISTRY)
 """Aggregates a revision can carry (SPEC §4), in output column order: the registry's names."""
 
-_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)\s*$")
+_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 _BARE = re.compile(r"^\s*\d+\s*$")
 
 
 def parse_duration(text: str, *, option: str = "duration") -> int:
-    """Parse ``500ms``, ``10s``, ``5m`` or ``1h`` into integer milliseconds (>= 0).
+    """Parse ``500ms``, ``10s``, ``5m``, ``1h`` or ``1d`` into integer milliseconds (>= 0).
 
     Args:
         text: The duration text; the unit is required.
@@ -65,14 +66,14 @@ def parse_duration(text: str, *, option: str = "duration") -> int:
         raise ConfigError(msg)
     msg = (
         f'{option} "{text}" is not a duration; write a whole number with a unit '
-        "ms, s, m or h, e.g. 500ms, 10s, 5m, 1h"
+        "ms, s, m, h or d, e.g. 500ms, 10s, 5m, 1h, 1d"
     )
     raise ConfigError(msg)
 
 
 def format_duration(ms: int) -> str:
-    """Shortest exact text for ``ms``: 3600000 → ``1h``, 300000 → ``5m``, 1500 → ``1500ms``."""
-    for unit in ("h", "m", "s"):
+    """Shortest exact text for ``ms``: 86400000 → ``1d``, 3600000 → ``1h``, 1500 → ``1500ms``."""
+    for unit in ("d", "h", "m", "s"):
         scale = _UNITS_MS[unit]
         if ms and ms % scale == 0:
             return f"{ms // scale}{unit}"

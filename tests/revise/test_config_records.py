@@ -25,7 +25,8 @@ from revise.records import (
 
 
 @pytest.mark.parametrize(("text", "ms"), [("500ms", 500), ("10s", 10_000), ("5m", 300_000),
-                                          ("1h", 3_600_000), ("0s", 0), (" 7 s ", 7000)])
+                                          ("1h", 3_600_000), ("0s", 0), (" 7 s ", 7000),
+                                          ("1d", 86_400_000), ("2d", 172_800_000)])
 def test_parse_duration(text, ms):
     assert parse_duration(text) == ms
 
@@ -34,7 +35,8 @@ def test_parse_duration(text, ms):
     ("10", '--grace "10" has no unit; write 10s or 10000ms'),
     ("1.5s", "is not a duration"),
     ("-1s", "is not a duration"),
-    ("10d", "is not a duration"),
+    ("10w", "is not a duration; write a whole number with a unit ms, s, m, h or d"),
+    ("1.5d", "is not a duration"),
 ])
 def test_parse_duration_errors_say_the_fix(text, message):
     with pytest.raises(ConfigError, match=message):
@@ -42,7 +44,8 @@ def test_parse_duration_errors_say_the_fix(text, message):
 
 
 @pytest.mark.parametrize("text", ["tumbling:10s", "hopping:10s:5s", "session:30s",
-                                  "hopping:1500ms:1s", "tumbling:1h", "session:5m"])
+                                  "hopping:1500ms:1s", "tumbling:1h", "session:5m",
+                                  "tumbling:1d", "hopping:1d:1h", "session:2d"])
 def test_window_spec_round_trip(text):
     spec = WindowSpec.parse(text)
     assert str(spec) == text and WindowSpec.parse(str(spec)) == spec
@@ -72,6 +75,12 @@ def test_window_spec_errors(text, message):
 def test_format_duration():
     assert [format_duration(x) for x in (0, 1, 1500, 2000, 120_000, 7_200_000)] == [
         "0ms", "1ms", "1500ms", "2s", "2m", "2h"]
+    assert [format_duration(x) for x in (86_400_000, 90_000_000, 172_800_000)] == [
+        "1d", "25h", "2d"]
+
+
+def test_window_spec_accepts_days():
+    assert WindowSpec.parse("tumbling:1d") == WindowSpec("tumbling", size_ms=86_400_000)
 
 
 def test_engine_config_validates_itself():
