@@ -290,11 +290,25 @@ def test_spark_kafka_source_reads_as_revise_over_sasl_ssl(
 
 
 @pytest.mark.slow
+def _cli_broker(action: str, root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "revise", "broker", action, "--home", str(root), *extra],
+        capture_output=True, text=True, timeout=240, check=False,
+    )
+
+
 def test_three_secure_nodes_start_serve_and_stop(tmp_path: Path) -> None:
-    home = tmp_path / "b3"
+    """``revise broker start --secure --nodes 3``, every node serves SASL_SSL, ``stop`` ends it."""
+    root = tmp_path / "home3"
+    home = root / "broker"
     try:
-        c3 = broker.start(home, nodes=3, secure=True)
-        assert len(c3.nodes) == 3 and c3.secure
+        out = _cli_broker("start", root, "--secure", "--nodes", "3")
+        assert out.returncode == 0, out.stderr[-3000:]
+        c3 = broker.status(home)
+        assert c3 is not None and len(c3.nodes) == 3 and c3.secure
+        assert out.stdout.splitlines() == c3.describe_lines()
+        assert out.stdout.startswith(f"bootstrap={c3.bootstrap_servers}\n")
+        assert len(c3.bootstrap_servers.split(",")) == 3
         admin = AdminClient(c3.client_config("admin"))
         topic = f"rf3-{uuid.uuid4().hex[:8]}"
         admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])[
@@ -311,7 +325,9 @@ def test_three_secure_nodes_start_serve_and_stop(tmp_path: Path) -> None:
         reader = {**c3.client_config("reader"), "group.id": f"reader-{uuid.uuid4().hex[:8]}",
                   "isolation.level": "read_committed"}
         assert sorted(_consume(reader, topic, 3)) == [b"a", b"b", b"c"]
+        stopped = _cli_broker("stop", root)
+        assert stopped.returncode == 0 and stopped.stdout.strip() == "stopped", stopped.stderr
+        assert broker.status(home) is None
+        assert not any(broker._pid_alive(n.pid) for n in c3.nodes)
     finally:
-        stopped = broker.stop(home)
-    assert stopped is not None and broker.status(home) is None
-    assert not any(broker._pid_alive(n.pid) for n in stopped.nodes)
+        broker.stop(home)  # in case an assertion failed before the CLI stopped it
