@@ -222,6 +222,21 @@ def test_plaintext_client_gets_no_metadata(cluster: broker.BrokerCluster) -> Non
     assert seen, "librdkafka reported no error for the plaintext connection"
 
 
+@pytest.mark.parametrize("listener", ["internal_port", "controller_port"])
+def test_internal_and_controller_listeners_refuse_clients(
+    cluster: broker.BrokerCluster, listener: str
+) -> None:
+    """Neither a plaintext client nor a valid SCRAM user gets metadata from the broker ports."""
+    port = getattr(cluster.nodes[0], listener)
+    assert port > 0
+    for conf in ({"security.protocol": "PLAINTEXT"}, cluster.client_config("admin")):
+        admin = AdminClient({**conf, "bootstrap.servers": f"127.0.0.1:{port}"})
+        t0 = time.monotonic()
+        with pytest.raises(KafkaException):
+            admin.list_topics(timeout=10)
+        assert time.monotonic() - t0 < _BOUND_S
+
+
 def test_job_acls_are_enough_and_no_more(cluster: broker.BrokerCluster) -> None:
     """A fresh user with only job_acls() runs a job's Kafka traffic and nothing beyond it."""
     inp, out, progress, other = _topics(cluster, "in", "out", "progress", "other")
