@@ -21,6 +21,9 @@ def add_parser(sub: Any) -> None:
                    "(default ~/.revise)")
     p.add_argument("--port", type=int, help="client port of the first node (default: a free one)")
     p.add_argument("--nodes", type=int, default=1, help="Kafka processes in the cluster")
+    p.add_argument("--secure", action="store_true",
+                   help="SASL_SSL (SCRAM-SHA-512 over TLS) listener, ACLs and users admin, "
+                   "revise, reader, intruder; prints each user's client config file")
     p.set_defaults(handler=cmd_broker)
 
 
@@ -33,7 +36,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
     home = Path(args.home).expanduser() / "broker" if args.home else None
     if args.action == "start":
         cluster = broker.start(home, port=maybe_int(args.port, "--port"),
-                               nodes=maybe_int(args.nodes, "--nodes") or 1)
+                               nodes=maybe_int(args.nodes, "--nodes") or 1,
+                               secure=bool(args.secure))
         print(_describe(cluster))
         return 0
     if args.action == "stop":
@@ -49,5 +53,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def _describe(cluster: Any) -> str:
+    if cluster.secure:  # SPEC 7: bootstrap=..., then one config file line per user
+        return "\n".join(cluster.describe_lines())
     pids = ",".join(map(str, cluster.pids))
     return f"running bootstrap={cluster.bootstrap_servers} pids={pids} home={cluster.home}"

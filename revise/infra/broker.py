@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from revise.errors import InfraError, SetupError
+from revise.infra import secure as _secure_mod
 from revise.infra.jars import classpath
 
 __all__ = ["BrokerCluster", "BrokerError", "default_home", "start", "status", "stop"]
@@ -63,6 +64,7 @@ class BrokerNode:
     port: int
     controller_port: int
     pid: int
+    internal_port: int = 0  # secure mode: the broker-to-broker listener
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,7 @@ class BrokerCluster:
     home: str
     cluster_id: str
     nodes: tuple[BrokerNode, ...]
+    secure: bool = False
 
     @property
     def bootstrap_servers(self) -> str:
@@ -91,7 +94,7 @@ class BrokerCluster:
         """The ``cluster.json`` form."""
         return json.dumps(
             {"home": self.home, "cluster_id": self.cluster_id,
-             "nodes": [asdict(n) for n in self.nodes]},
+             "nodes": [asdict(n) for n in self.nodes], "secure": self.secure},
             indent=2,
         )
 
@@ -99,7 +102,22 @@ class BrokerCluster:
     def from_json(cls, text: str) -> BrokerCluster:
         """Inverse of :meth:`to_json`."""
         d = json.loads(text)
-        return cls(d["home"], d["cluster_id"], tuple(BrokerNode(**n) for n in d["nodes"]))
+        return cls(d["home"], d["cluster_id"], tuple(BrokerNode(**n) for n in d["nodes"]),
+                   bool(d.get("secure", False)))
+
+    def client_config(self, user: str = "admin") -> dict[str, Any]:
+        """confluent-kafka settings reaching this cluster (as ``user`` when secure)."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        if self.secure:
+            material = _secure_mod.load_material(Path(self.home))
+            conf.update(_secure_mod.client_config(material, user))
+        return conf
+
+    def describe_lines(self) -> list[str]:
+        """``bootstrap=HOST:PORT[,...]`` and, when secure, ``config.<user>=<file>`` per user."""
+        if self.secure:
+            return _secure_mod.describe_lines(self.bootstrap_servers, Path(self.home))
+        return [f"bootstrap={self.bootstrap_servers}"]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -165,7 +183,8 @@ def status(home: Path | None = None) -> BrokerCluster | None:
 
 
 def _server_properties(
-    node: BrokerNode, voters: str, data_dir: Path, n_nodes: int, partitions: int
+    node: BrokerNode, voters: str, data_dir: Path, n_nodes: int, partitions: int,
+    material: _secure_mod.SecureMaterial | None = None,
 ) -> str:
     rf = min(n_nodes, 3)
     min_isr = 1 if rf == 1 else 2
@@ -196,6 +215,10 @@ def _server_properties(
         "log.retention.hours": "168",
         "log.segment.bytes": str(256 * 1024 * 1024),
     }
+    if material is not None:
+        lines.update(_secure_mod.listener_properties(
+            material, port=node.port, internal_port=node.internal_port,
+            controller_port=node.controller_port))
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
@@ -248,11 +271,11 @@ def _run_java(
             out.close()  # type: ignore[union-attr]
 
 
-def _format(node_dir: Path, cluster_id: str) -> None:
+def _format(node_dir: Path, cluster_id: str, extra: list[str]) -> None:
     log = node_dir / "format.log"
     proc = _run_java(
         ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
-         str(node_dir / "server.properties"), "--ignore-formatted"],
+         str(node_dir / "server.properties"), "--ignore-formatted", *extra],
         log=log, heap="256m",
     )
     if proc.wait(timeout=120) != 0:
@@ -264,7 +287,7 @@ def _wait_ready(cluster: BrokerCluster, timeout_s: float) -> None:
     from confluent_kafka.admin import AdminClient  # local: keep CLI start-up light
 
     deadline = time.monotonic() + timeout_s
-    conf: dict[str, Any] = {"bootstrap.servers": cluster.bootstrap_servers, "log_level": 0,
+    conf: dict[str, Any] = {**cluster.client_config(), "log_level": 0,
                             "logger": _SilentLogger()}
     admin = AdminClient(conf)
     last = "no answer"
@@ -296,31 +319,8 @@ class _SilentLogger:
         return None
 
 
-def start(
-    home: Path | None = None,
-    *,
-    port: int | None = None,
-    nodes: int = 1,
-    partitions: int = 4,
-    ready_timeout_s: float = _READY_TIMEOUT_S,
-) -> BrokerCluster:
-    """Start the embedded broker (or return the one already running under ``home``).
-
-    Args:
-        home: state folder; ``default_home()`` when None. Data persist there across restarts.
-        port: client port of the first node; a free port when None. Node i uses port + i.
-        nodes: 1 (default) or more Kafka processes forming one cluster.
-        partitions: default partition count of auto-created topics.
-        ready_timeout_s: how long to wait for a real metadata answer.
-
-    Raises:
-        BrokerError: Java missing, port taken, log directory not writable, or start-up failed.
-    """
-    home = (home or default_home()).resolve()
-    running = status(home)
-    if running is not None:
-        return running
-    _check_writable(home)
+def _previous(home: Path, nodes: int, secure_mode: bool) -> BrokerCluster | None:
+    """The cluster last started under ``home`` (its ports and id are reused), checked to match."""
     previous: BrokerCluster | None = None
     if _state_file(home).is_file():
         with contextlib.suppress(ValueError, KeyError, TypeError):
@@ -331,54 +331,120 @@ def start(
             "use another --home or delete that folder"
         )
         raise BrokerError(msg)
+    if previous is not None and previous.secure != secure_mode:
+        had, want = ("secure", "plain") if previous.secure else ("plain", "secure")
+        msg = (
+            f"{home} holds a {had} broker, not a {want} one; use another --home, start it "
+            f"{'with' if previous.secure else 'without'} --secure, or delete that folder"
+        )
+        raise BrokerError(msg)
+    return previous
+
+
+def _plan_ports(
+    previous: BrokerCluster | None, port: int | None, nodes: int
+) -> list[tuple[int, int, int]]:
+    """(client, controller, internal) port of each node; the previous ones on a restart."""
     if previous is not None and port is None:
         # Restart on the same ports so clients and topics keep working.
-        ports = [(n.port, n.controller_port) for n in previous.nodes]
-        cluster_id = previous.cluster_id
+        plan = [(n.port, n.controller_port, n.internal_port or _free_port())
+                for n in previous.nodes]
     else:
-        base = port if port is not None else None
-        ports = []
-        for i in range(nodes):
-            p = base + i if base is not None else _free_port()
-            ports.append((p, _free_port()))
-        cluster_id = previous.cluster_id if previous else _new_cluster_id()
-    for p, _c in ports:
+        plan = [(port + i if port is not None else _free_port(), _free_port(), _free_port())
+                for i in range(nodes)]
+    for p, _c, _i in plan:
         if not _port_free(p):
             msg = (
                 f"port {p} on 127.0.0.1 is already in use by another process; "
                 "pass --port with a free port or stop that process"
             )
             raise BrokerSetupError(msg)
-    voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_p, c) in enumerate(ports))
+    return plan
+
+
+def start(
+    home: Path | None = None,
+    *,
+    port: int | None = None,
+    nodes: int = 1,
+    partitions: int = 4,
+    ready_timeout_s: float = _READY_TIMEOUT_S,
+    secure: bool = False,
+) -> BrokerCluster:
+    """Start the embedded broker (or return the one already running under ``home``).
+
+    Args:
+        home: state folder; ``default_home()`` when None. Data persist there across restarts.
+        port: client port of the first node; a free port when None. Node i uses port + i.
+        nodes: 1 (default) or more Kafka processes forming one cluster.
+        partitions: default partition count of auto-created topics.
+        ready_timeout_s: how long to wait for a real metadata answer, in seconds.
+        secure: SASL_SSL (SCRAM-SHA-512 over TLS) client listener, ACLs and the users of
+            :mod:`revise.infra.secure`; no plaintext listener.
+
+    Raises:
+        BrokerError: Java missing, port taken, log directory not writable, or start-up failed.
+    """
+    home = (home or default_home()).resolve()
+    running = status(home)
+    if running is not None and running.secure == secure:
+        return running
+    if running is not None:
+        msg = (
+            f"a {'secure' if running.secure else 'plain'} broker already runs under {home}; "
+            f"stop it first (`revise broker stop`) or pass another --home"
+        )
+        raise BrokerError(msg)
+    _check_writable(home)
+    previous = _previous(home, nodes, secure)
+    plan = _plan_ports(previous, port, nodes)
+    cluster_id = previous.cluster_id if previous else _new_cluster_id()
+    material = _secure_mod.ensure_material(home) if secure else None
+    voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_p, c, _i) in enumerate(plan))
     started: list[BrokerNode] = []
     try:
-        for i, (p, c) in enumerate(ports):
-            node_dir = home / f"node-{i + 1}"
-            data_dir = node_dir / "data"
-            _check_writable(data_dir)
-            proto = BrokerNode(i + 1, p, c, 0)
-            (node_dir / "server.properties").write_text(
-                _server_properties(proto, voters, data_dir, nodes, partitions)
-            )
-            log = node_dir / "broker.log"
-            (node_dir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
-            if not (data_dir / "meta.properties").is_file():
-                _format(node_dir, cluster_id)
-            proc = _run_java(
-                [f"-Dlog4j2.configurationFile={node_dir / 'log4j2.properties'}",
-                 f"-Dkafka.logs.dir={node_dir}",
-                 "kafka.Kafka", str(node_dir / "server.properties")],
-                log=node_dir / "stdout.log",
-            )
-            started.append(BrokerNode(i + 1, p, c, proc.pid))
-        cluster = BrokerCluster(str(home), cluster_id, tuple(started))
+        for i, (p, c, internal) in enumerate(plan):
+            proto = BrokerNode(i + 1, p, c, 0, internal)
+            pid = _start_node(home, proto, voters, nodes, partitions, cluster_id, material)
+            started.append(BrokerNode(i + 1, p, c, pid, internal))
+        cluster = BrokerCluster(str(home), cluster_id, tuple(started), secure)
         _state_file(home).write_text(cluster.to_json())
         _wait_ready(cluster, ready_timeout_s)
+        if material is not None:
+            _secure_mod.grant(cluster.client_config("admin"), _secure_mod.start_acls())
     except BaseException:
         for n in started:
             _terminate(n.pid, timeout_s=10)
         raise
     return cluster
+
+
+def _start_node(
+    home: Path, node: BrokerNode, voters: str, n_nodes: int, partitions: int, cluster_id: str,
+    material: _secure_mod.SecureMaterial | None,
+) -> int:
+    """Write one node's configuration, format its storage once, start it; its pid."""
+    node_dir = home / f"node-{node.node_id}"
+    data_dir = node_dir / "data"
+    _check_writable(data_dir)
+    props = _server_properties(node, voters, data_dir, n_nodes, partitions, material)
+    if material is not None:
+        # The broker's internal password is in this file: owner only.
+        _secure_mod.write_secret(node_dir / "server.properties", props)
+    else:
+        (node_dir / "server.properties").write_text(props)
+    log = node_dir / "broker.log"
+    (node_dir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
+    if not (data_dir / "meta.properties").is_file():
+        scram = _secure_mod.scram_format_args(material) if material is not None else []
+        _format(node_dir, cluster_id, scram)
+    proc = _run_java(
+        [f"-Dlog4j2.configurationFile={node_dir / 'log4j2.properties'}",
+         f"-Dkafka.logs.dir={node_dir}",
+         "kafka.Kafka", str(node_dir / "server.properties")],
+        log=node_dir / "stdout.log",
+    )
+    return proc.pid
 
 
 def _new_cluster_id() -> str:
