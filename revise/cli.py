@@ -1,4 +1,4 @@
-"""The command line: ``revise run | generate | compare | query | broker | demo``.
+"""The command line: ``revise run | generate | compare | query | broker | spark | demo``.
 
 Every option also reads ``REVISE_<OPTION>`` from the environment (``--query-id`` ←
 ``REVISE_QUERY_ID``); the command line wins. Durations take a unit: ``500ms``, ``10s``, ``5m``,
@@ -369,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_optional(sub, "revise.compare")
     _add_optional(sub, "revise.query")
     _add_broker(sub)
+    _add_optional(sub, "revise.cli_spark")
     _add_demo(sub)
     return parser
 

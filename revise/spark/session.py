@@ -16,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from revise.infra.jars import classpath
+from revise.infra.pyfiles import ship_to_executors
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,4 +88,6 @@ def spark_session(
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("REVISE_SPARK_LOG_LEVEL", "WARN"))
+    # Executors of a real cluster may lack revise: ship this driver's copy (no-op on local[*]).
+    ship_to_executors(spark)
     return spark
