@@ -47,9 +47,10 @@ def cmd_spark(args: argparse.Namespace) -> int:
     # folder is HOME/spark, where spark_cluster.default_home() finds it too.
     home = Path(args.home).expanduser() / "spark" if args.home else None
     if args.action == "start":
+        workers, cores = maybe_int(args.workers, "--workers"), maybe_int(args.cores, "--cores")
         cluster = spark_cluster.start(
-            home, workers=maybe_int(args.workers, "--workers") or 2,
-            cores=maybe_int(args.cores, "--cores") or 1, memory=str(args.memory),
+            home, workers=2 if workers is None else workers, cores=1 if cores is None else cores,
+            memory=str(args.memory),
         )
         print(cluster.describe())
         return 0
