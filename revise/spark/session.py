@@ -16,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from revise.infra.jars import classpath
+from revise.infra.pyfiles import ship_to_executors
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -94,6 +95,8 @@ def spark_session(
     spark.sparkContext.setLogLevel(level)
     if level.upper() in ("WARN", "ERROR"):
         _quiet_loggers(spark, QUIET_LOGGERS)
+    # Executors of a real cluster may lack revise: ship this driver's copy (no-op on local[*]).
+    ship_to_executors(spark)
     return spark
 
 

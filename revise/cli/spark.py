@@ -1,0 +1,66 @@
+"""``revise spark start|stop|status``: the local Spark standalone cluster from the command line.
+
+Registered by :mod:`revise.cli` (``add_parser``). ``start`` and ``status`` print ``key=value``
+lines, ``master=spark://HOST:PORT`` first, then the pids, the web UI and the home folder::
+
+    master=spark://127.0.0.1:40123
+    master.pid=5120
+    worker.1.pid=5188
+    worker.2.pid=5190
+    workers=2
+    webui=http://127.0.0.1:40124
+    home=/home/me/.revise/spark
+
+``status`` prints ``not running`` and exits 3 when no cluster runs, like ``revise broker``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from revise.cli.args import maybe_int
+
+__all__ = ["add_parser", "cmd_spark"]
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``spark`` subcommand to the CLI's subparsers."""
+    p = sub.add_parser("spark", help="a local Spark standalone cluster (Master + Workers)",
+                       description="Start, stop or inspect a local Spark standalone cluster: "
+                       "Spark's own Master and Worker processes from the installed pyspark.")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--workers", type=int, default=2, help="Worker processes (default 2)")
+    p.add_argument("--cores", type=int, default=1, help="cores per Worker (default 1)")
+    p.add_argument("--memory", default="1g", help="executor memory per Worker (default 1g)")
+    p.add_argument("--home", help="revise's home folder; the cluster lives in HOME/spark "
+                   "(default ~/.revise)")
+    p.set_defaults(handler=cmd_spark)
+
+
+def cmd_spark(args: argparse.Namespace) -> int:
+    """``revise spark start|stop|status``; returns the exit code (3: status, none running)."""
+    from revise.infra import spark_cluster
+
+    # Like `revise broker`: --home (and REVISE_HOME) name revise's home, the cluster's own
+    # folder is HOME/spark, where spark_cluster.default_home() finds it too.
+    home = Path(args.home).expanduser() / "spark" if args.home else None
+    if args.action == "start":
+        workers, cores = maybe_int(args.workers, "--workers"), maybe_int(args.cores, "--cores")
+        cluster = spark_cluster.start(
+            home, workers=2 if workers is None else workers, cores=1 if cores is None else cores,
+            memory=str(args.memory),
+        )
+        print(cluster.describe())
+        return 0
+    if args.action == "stop":
+        stopped = spark_cluster.stop(home)
+        print("stopped" if stopped else "not running")
+        return 0
+    found = spark_cluster.status(home)
+    if found is None:
+        print("not running")
+        return 3
+    print(found.describe())
+    return 0
