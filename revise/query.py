@@ -44,7 +44,9 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import SparkSession
 
-__all__ = ["SPEC_VIEWS", "add_parser", "cmd_query", "format_frame", "open_views", "run_query"]
+__all__ = [
+    "ENGINES", "SPEC_VIEWS", "add_parser", "cmd_query", "format_frame", "open_views", "run_query",
+]
 
 SPEC_VIEWS: tuple[str, ...] = (
     "final_windows", "provisional_windows", "revision_history", "late_records", "dead_letters",
@@ -54,6 +56,9 @@ SPEC_VIEWS: tuple[str, ...] = (
 RAW_TABLES: tuple[str, ...] = ("revisions", "latest", "late", "dead_letter")
 
 Format = Literal["table", "csv", "json"]
+
+ENGINES: tuple[str, ...] = ("datafusion", "spark")
+"""``--engine`` choices: in-process (:mod:`revise.sqlengine`, the default, no JVM) or Spark."""
 
 
 def _views_hint() -> str:
@@ -195,11 +200,17 @@ def add_parser(sub: Any) -> None:
                    help="time travel: read as of this Delta version of the latest table")
     p.add_argument("--as-of-timestamp",
                    help="time travel: read as of this UTC time, e.g. '2026-01-01 10:00:00'")
+    p.add_argument("--engine", choices=ENGINES, default=ENGINES[0],
+                   help="datafusion: in-process, no JVM (default); spark: a Spark session")
     p.set_defaults(handler=cmd_query)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    """``revise query``: print the result; 2 on bad SQL, unknown views or a bad path."""
+    """``revise query``: print the result; 2 on bad SQL, unknown views or a bad path.
+
+    ``--engine datafusion`` (default) answers in-process with :mod:`revise.sqlengine`;
+    ``--engine spark`` with :func:`run_query`. Same views, columns, time travel and errors.
+    """
     version = args.as_of_version
     if version is not None and not isinstance(version, int):
         try:
@@ -207,8 +218,14 @@ def cmd_query(args: argparse.Namespace) -> int:
         except ValueError:
             msg = f"--as-of-version must be an integer Delta version, got {version!r}"
             raise ConfigError(msg) from None
-    frame = run_query(args.sql, args.delta_path, version=version,
-                      timestamp=args.as_of_timestamp or None)
+    if getattr(args, "engine", ENGINES[0]) == "spark":
+        frame = run_query(args.sql, args.delta_path, version=version,
+                          timestamp=args.as_of_timestamp or None)
+    else:
+        from revise.sqlengine import run_query_local
+
+        frame = run_query_local(args.sql, args.delta_path, version=version,
+                                timestamp=args.as_of_timestamp or None)
     print(format_frame(frame, args.format))
     sys.stdout.flush()
     return 0
