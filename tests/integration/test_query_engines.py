@@ -262,6 +262,6 @@ def test_compare_reads_and_writes_without_spark(run: Run, spark: SparkSession,
     back = spark.read.format("delta").load(path)
     assert back.schema.simpleString() == ("struct<run_id:string,created_at_ms:bigint,mode:string,"
                                           "section:string,metric:string,value:double>")
-    got = back.orderBy("run_id", "mode").toPandas()
+    got = pd.DataFrame(back.orderBy("run_id", "mode").toPandas())
     assert got["run_id"].tolist() == ["r1", "r1", "r2", "r2"]
     assert got["value"].isna().tolist() == [False, True, False, True]
