@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable, QueryBuilder
 
 __all__ = [
+    "COMPARISONS_SCHEMA",
     "append_frame",
     "commit_times",
     "open_views_local",
@@ -286,6 +287,14 @@ def run_query_local(
 
 
 # --------------------------------------------------------------------------- compare
+
+
+COMPARISONS_SCHEMA: Final = pa.schema([
+    ("run_id", pa.string()), ("created_at_ms", pa.int64()), ("mode", pa.string()),
+    ("section", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
+])
+"""``revise compare``'s ``comparisons`` table (its Spark DDL: ``run_id STRING, created_at_ms
+BIGINT, mode STRING, section STRING, metric STRING, value DOUBLE``)."""
 
 
 def read_table(

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
-import pyarrow as pa
 import pytest
 
 from revise.cli import main
@@ -34,7 +33,13 @@ from revise.errors import ConfigError
 from revise.generate import GeneratorConfig, generate, produce
 from revise.jobconfig import JobConfig
 from revise.query import run_query
-from revise.sqlengine import append_frame, commit_times, read_table, run_query_local
+from revise.sqlengine import (
+    COMPARISONS_SCHEMA,
+    append_frame,
+    commit_times,
+    read_table,
+    run_query_local,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -250,9 +255,7 @@ def test_compare_reads_and_writes_without_spark(run: Run, spark: SparkSession,
     assert_same(spark_revs, mine, ordered=False)
     assert read_table(f"{run.delta}/revisions", query_id="other").empty
     # write: compare's comparisons table, read back by Spark with compare's schema
-    schema = pa.schema([("run_id", pa.string()), ("created_at_ms", pa.int64()),
-                        ("mode", pa.string()), ("section", pa.string()),
-                        ("metric", pa.string()), ("value", pa.float64())])
+    schema = COMPARISONS_SCHEMA
     rows = pd.DataFrame({"run_id": ["r1", "r1"], "created_at_ms": [1, 1],
                          "mode": ["revision", "watermark"], "section": ["volume"] * 2,
                          "metric": ["revisions", "revisions"], "value": [3.0, None]})
