@@ -351,7 +351,7 @@ def revise_client_configs(
         settings: The user's translated settings.
         query_id: The job's ``--query-id`` (the producer's ``transactional.id`` is
             ``revise-<query_id>``).
-        producer_defaults: revise's own producer tuning (``sinks.kafka_changelog``'s
+        producer_defaults: revise's own producer tuning (``sinks.kafka.writer``'s
             ``DEFAULT_PRODUCER_CONFIG``); user settings win over it, revise-set keys win over all.
 
     Returns:

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from revise.cli.args import maybe_int
+from revise.query.run import ENGINES
 
 __all__ = ["add_parser", "cmd_query"]
 
@@ -28,16 +29,29 @@ def add_parser(sub: Any) -> None:
                    help="time travel: read as of this Delta version of the latest table")
     p.add_argument("--as-of-timestamp",
                    help="time travel: read as of this UTC time, e.g. '2026-01-01 10:00:00'")
+    p.add_argument("--engine", choices=ENGINES, default=ENGINES[0],
+                   help="datafusion: in-process, no JVM (default); spark: a Spark session")
     p.set_defaults(handler=cmd_query)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    """``revise query``: print the result; 2 on bad SQL, unknown views or a bad path."""
-    from revise.query import format_frame, run_query
+    """``revise query``: print the result; 2 on bad SQL, unknown views or a bad path.
+
+    ``--engine datafusion`` (default) answers in-process (:mod:`revise.query.local`, no JVM);
+    ``--engine spark`` in a Spark session. Same views, columns, time travel and errors.
+    """
+    from revise.query.run import format_frame
 
     version = maybe_int(args.as_of_version, "--as-of-version")
-    frame = run_query(args.sql, args.delta_path, version=version,
-                      timestamp=args.as_of_timestamp or None)
+    timestamp = args.as_of_timestamp or None
+    if args.engine == "spark":
+        from revise.query.run import run_query
+
+        frame = run_query(args.sql, args.delta_path, version=version, timestamp=timestamp)
+    else:
+        from revise.query.local import run_query_local
+
+        frame = run_query_local(args.sql, args.delta_path, version=version, timestamp=timestamp)
     print(format_frame(frame, args.format))
     sys.stdout.flush()
     return 0

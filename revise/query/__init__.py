@@ -2,11 +2,13 @@
 
 - :mod:`revise.query.views` — the views over the tables and time travel (the read side of
   :mod:`sinks.delta_tables`).
-- :mod:`revise.query.run` — open the views in a session, run SQL, format the result.
+- :mod:`revise.query.run` — open the views in a Spark session, run SQL, format the result.
+- :mod:`revise.query.local` — the same views and SQL in-process (delta-rs + DataFusion, no JVM):
+  what ``revise query`` uses by default.
 """
 
 from __future__ import annotations
 
-from revise.query.run import Format, format_frame, open_views, run_query
+from revise.query.run import ENGINES, Format, format_frame, open_views, run_query
 
-__all__ = ["Format", "format_frame", "open_views", "run_query"]
+__all__ = ["ENGINES", "Format", "format_frame", "open_views", "run_query"]

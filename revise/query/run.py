@@ -43,16 +43,19 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import SparkSession
 
-__all__ = ["Format", "format_frame", "open_views", "run_query"]
+__all__ = ["ENGINES", "Format", "format_frame", "open_views", "run_query"]
 
 Format = Literal["table", "csv", "json"]
 
+ENGINES: tuple[str, ...] = ("datafusion", "spark")
+"""``--engine`` choices: in-process (:mod:`revise.query.local`, the default, no JVM) or Spark."""
 
-def _views_hint() -> str:
+
+def views_hint() -> str:
     return f"views: {', '.join(VIEW_NAMES)} (raw tables: {', '.join(TABLE_NAMES)})"
 
 
-def _check_path(delta_path: str) -> str:
+def check_delta_path(delta_path: str) -> str:
     """The Delta root as a string; a local folder must exist and hold revise's tables."""
     if "://" in delta_path:
         return delta_path.rstrip("/")
@@ -110,7 +113,7 @@ def open_views(
 
     from revise.query.views import register_views
 
-    root = _check_path(delta_path)
+    root = check_delta_path(delta_path)
     if version is not None and timestamp is not None:
         msg = "give --as-of-version or --as-of-timestamp, not both"
         raise ConfigError(msg)
@@ -149,7 +152,7 @@ def run_query(
     try:
         return session.sql(sql).toPandas()
     except PySparkException as exc:
-        msg = f"{_short(exc)}\n{_views_hint()}"
+        msg = f"{_short(exc)}\n{views_hint()}"
         raise ConfigError(msg) from None
 
 

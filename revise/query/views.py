@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["REGISTERED_VIEWS", "register_views", "table_schema", "view_sql"]
+__all__ = ["REGISTERED_VIEWS", "VIEW_DEFINITIONS", "register_views", "table_schema", "view_sql"]
 
 # view name → (table, filter)
-_VIEWS: Final[Mapping[str, tuple[str, str | None]]] = {
+VIEW_DEFINITIONS: Final[Mapping[str, tuple[str, str | None]]] = {
     "final_windows": ("latest", "is_final"),
     "provisional_windows": ("latest", "NOT is_final"),
     "revision_history": ("revisions", None),
@@ -31,7 +31,7 @@ _VIEWS: Final[Mapping[str, tuple[str, str | None]]] = {
     "dead_letters": ("dead_letter", None),
     **{table: (table, None) for table in TABLE_NAMES},
 }
-REGISTERED_VIEWS: Final = tuple(_VIEWS)
+REGISTERED_VIEWS: Final = tuple(VIEW_DEFINITIONS)
 """Every view :func:`register_views` creates: the user views, then the raw tables."""
 assert REGISTERED_VIEWS == (*VIEW_NAMES, *TABLE_NAMES)
 
@@ -64,13 +64,13 @@ def view_sql(
     Returns:
         ``SELECT * FROM delta.`<path>/<table>` [VERSION|TIMESTAMP AS OF …] [WHERE …]``.
     """
-    if name not in _VIEWS:
+    if name not in VIEW_DEFINITIONS:
         msg = f"unknown view {name!r}; expected one of {REGISTERED_VIEWS}"
         raise ConfigError(msg)
     if version is not None and timestamp is not None:
         msg = "give a version or a timestamp to time-travel to, not both"
         raise ConfigError(msg)
-    table, where = _VIEWS[name]
+    table, where = VIEW_DEFINITIONS[name]
     sql = f"SELECT * FROM {_quote_path(str(path).rstrip('/') + '/' + table)}"
     if version is not None:
         sql += f" VERSION AS OF {int(version)}"
@@ -107,7 +107,7 @@ def register_views(
     versions: dict[str, int | None] = dict.fromkeys(TABLE_NAMES)
     if version is not None:
         versions = _versions_at_latest(spark, root, version)
-    for name, (table, _) in _VIEWS.items():
+    for name, (table, _) in VIEW_DEFINITIONS.items():
         sql = view_sql(name, root, version=versions[table], timestamp=timestamp)
         spark.sql(f"CREATE OR REPLACE TEMP VIEW `{name}` AS {sql}")
     return list(REGISTERED_VIEWS)

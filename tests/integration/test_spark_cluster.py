@@ -35,7 +35,7 @@ from integration_support import REPO, CliRun, check_run, read_delta, spark_batch
 
 from revise.generate import GeneratorConfig, generate, produce
 from revise.infra import pyfiles, spark_cluster
-from revise.spark.job import run_job
+from revise.spark.driver import run_job
 
 pytestmark = [pytest.mark.spark]
 

@@ -1,0 +1,270 @@
+"""Both query engines give the same answers over a real run's Delta tables (issue 14).
+
+One bounded run (real Kafka, real Spark job, real Delta tables; revision mode with late and bad
+records, 100 records per micro-batch so the tables have many versions) feeds every test. Each
+query runs on Spark (``revise.query.run_query``, the session fixture) and in-process
+(``revise.query.local.run_query_local``) and the two pandas frames must be equal:
+
+- same column names in the same order;
+- same dtypes, compared as they come (no normalisation is needed: both engines map Delta
+  ``string`` to pandas ``object``, ``long``/``int`` to ``int64``/``int32``, a nullable integer
+  column holding nulls to ``float64``, ``count(*)`` to ``int64``, ``avg`` to ``float64``);
+- same rows: in order where the SQL has an ORDER BY, else after sorting both by every column;
+  doubles to 1e-9 relative (an aggregate's summation order may differ).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import pytest
+
+from revise.cli import main
+from revise.config import EngineConfig, WindowSpec
+from revise.errors import ConfigError
+from revise.generate import GeneratorConfig, generate, produce
+from revise.jobconfig import JobConfig
+from revise.query import run_query
+from revise.query.local import (
+    COMPARISONS_SCHEMA,
+    append_frame,
+    commit_times,
+    read_table,
+    run_query_local,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Run:
+    delta: str
+    query_id: str
+
+
+@pytest.fixture(scope="module")
+def run(kafka_bootstrap: str, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    from revise.spark.driver import run_job
+
+    tmp = tmp_path_factory.mktemp("engines")
+    topic = f"engines-in-{uuid.uuid4().hex[:8]}"
+    stream = generate(GeneratorConfig(events=500, keys=5, seed=11, disorder_ms=1000,
+                                      late_fraction=0.1, late_by_ms=2000, bad_fraction=0.03))
+    produce(stream, bootstrap_servers=kafka_bootstrap, topic=topic, partitions=2)
+    cfg = JobConfig(
+        bootstrap_servers=kafka_bootstrap, input_topic=topic,
+        changelog_topic=f"{topic}-changelog", delta_path=str(tmp / "delta"),
+        checkpoint=str(tmp / "ckpt"),
+        engine=EngineConfig(window=WindowSpec.parse("tumbling:1s"), grace_ms=500,
+                            query_id=f"q-{uuid.uuid4().hex[:8]}"),
+        once=True, max_records_per_batch=100, shards=2,
+    )
+    result = run_job(cfg, spark=spark, timeout_s=240)
+    assert result.revisions > 0 and result.late > 0 and result.dead_letters > 0
+    return Run(cfg.delta_path, cfg.engine.query_id)
+
+
+def assert_same(spark_frame: pd.DataFrame, local_frame: pd.DataFrame, *, ordered: bool) -> None:
+    """The module docstring's equality: names, dtypes, rows (sorted unless ``ordered``)."""
+    assert list(local_frame.columns) == list(spark_frame.columns)
+    assert local_frame.dtypes.astype(str).tolist() == spark_frame.dtypes.astype(str).tolist()
+    assert len(local_frame) == len(spark_frame)
+    if not ordered and len(spark_frame):
+        cols = list(spark_frame.columns)
+        spark_frame = spark_frame.sort_values(cols, na_position="first")
+        local_frame = local_frame.sort_values(cols, na_position="first")
+    pd.testing.assert_frame_equal(local_frame.reset_index(drop=True),
+                                  spark_frame.reset_index(drop=True),
+                                  check_exact=False, rtol=1e-9)
+
+
+QUERIES: list[tuple[str, bool]] = [
+    ("SELECT * FROM final_windows", False),
+    ("SELECT * FROM provisional_windows", False),
+    ("SELECT * FROM revision_history", False),
+    ("SELECT * FROM late_records", False),
+    ("SELECT * FROM dead_letters", False),
+    ("SELECT * FROM latest", False),
+    ("SELECT timing, count(*) AS n, sum(count) AS records, avg(mean) AS avg_mean, "
+     "min(revision) AS lo, max(revision) AS hi FROM revision_history GROUP BY timing "
+     "ORDER BY timing", True),
+    ("SELECT key, count(*) AS windows, sum(sum) AS total FROM final_windows "
+     "WHERE count >= 2 AND key <> 'k00001' GROUP BY key HAVING count(*) > 1 ORDER BY key", True),
+    ("SELECT h.key, h.window_start_ms, h.revision, h.timing, h.count AS rev_count, "
+     "f.count AS final_count, f.count - h.count AS missing FROM revision_history h "
+     "JOIN final_windows f ON h.query_id = f.query_id AND h.key = f.key "
+     "AND h.window_start_ms = f.window_start_ms AND h.window_end_ms = f.window_end_ms "
+     "WHERE NOT h.is_final ORDER BY h.key, h.window_start_ms, h.revision", True),
+    ("SELECT key, ts_ms, lateness_ms, reason FROM late_records "
+     "ORDER BY lateness_ms DESC, key, ts_ms LIMIT 7", True),
+    ("SELECT reason, count(*) AS n FROM dead_letters GROUP BY reason ORDER BY n DESC, reason",
+     True),
+    ("SELECT (SELECT count(*) FROM final_windows) AS f, (SELECT count(*) FROM late) AS l, "
+     "(SELECT max(batch_id) FROM revisions) AS b", True),
+    ("SELECT key, revision, prev_count, prev_mean FROM revision_history "
+     "WHERE revision = 0 ORDER BY key, window_start_ms", True),
+]
+
+
+@pytest.mark.parametrize(("sql", "ordered"), QUERIES, ids=range(len(QUERIES)))
+def test_same_answer_on_both_engines(run: Run, spark: SparkSession, sql: str,
+                                     ordered: bool) -> None:
+    spark_frame = run_query(sql, run.delta, spark=spark)
+    local_frame = run_query_local(sql, run.delta)
+    assert len(spark_frame.columns) > 0
+    assert_same(spark_frame, local_frame, ordered=ordered)
+
+
+TT_SQL = [
+    ("SELECT count(*) AS n FROM final_windows", True),
+    ("SELECT * FROM revision_history", False),
+    ("SELECT * FROM latest", False),
+    ("SELECT count(*) AS l, max(batch_id) AS b FROM late_records", True),
+    ("SELECT count(*) AS d FROM dead_letters", True),
+]
+
+
+def test_time_travel_by_version_same_on_both(run: Run, spark: SparkSession) -> None:
+    versions = [v for v, _ in commit_times(f"{run.delta}/latest")]
+    assert len(versions) >= 4
+    picked = sorted({versions[0], versions[len(versions) // 3], versions[-2], versions[-1]})
+    counts = []
+    for v in picked:
+        for sql, ordered in TT_SQL:
+            assert_same(run_query(sql, run.delta, spark=spark, version=v),
+                        run_query_local(sql, run.delta, version=v), ordered=ordered)
+        counts.append(len(run_query_local("SELECT * FROM revision_history", run.delta,
+                                          version=v)))
+    assert counts[0] == 0 and counts == sorted(counts) and counts[-1] > 0
+
+
+def _ts(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def test_time_travel_by_timestamp_same_on_both(run: Run, spark: SparkSession) -> None:
+    times = {t: commit_times(f"{run.delta}/{t}") for t in
+             ("revisions", "latest", "late", "dead_letter")}
+    lo = max(c[0][1] for c in times.values())
+    hi = min(c[-1][1] for c in times.values())
+    inside = [ms for _, ms in times["latest"] if lo <= ms <= hi]
+    assert inside, times
+    # a commit's exact time, a moment between commits, and the earliest time every table has
+    points = sorted({inside[len(inside) // 2], inside[len(inside) // 2] + 1, lo})
+    seen = set()
+    for ms in points:
+        for sql, ordered in TT_SQL:
+            assert_same(run_query(sql, run.delta, spark=spark, timestamp=_ts(ms)),
+                        run_query_local(sql, run.delta, timestamp=_ts(ms)), ordered=ordered)
+        seen.add(len(run_query_local("SELECT * FROM revisions", run.delta, timestamp=_ts(ms))))
+    assert len(seen) >= 1
+    # outside the history: both engines refuse, with a usage error naming the point
+    for ms in (lo - 3_600_000, hi + 3_600_000):
+        with pytest.raises(ConfigError, match=r"at timestamp"):
+            run_query("SELECT 1", run.delta, spark=spark, timestamp=_ts(ms))
+        with pytest.raises(ConfigError, match=r"at timestamp"):
+            run_query_local("SELECT 1", run.delta, timestamp=_ts(ms))
+
+
+def _cli(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capfd.readouterr()
+    code = main(["query", *args])
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_cli_prints_the_same_on_both_engines(run: Run, capfd: pytest.CaptureFixture[str],
+                                             fmt: str) -> None:
+    sql = ("SELECT key, window_start_ms, revision, timing, count, mean FROM revision_history "
+           "ORDER BY key, window_start_ms, revision LIMIT 20")
+    outs = []
+    for engine in ("spark", "datafusion"):
+        code, out, err = _cli(capfd, sql, "--delta-path", run.delta, "--format", fmt,
+                              "--engine", engine)
+        assert code == 0, err
+        outs.append(out)
+    assert outs[0] == outs[1]
+    assert len(outs[1].strip().splitlines()) >= 20
+
+
+def test_default_engine_starts_no_jvm(run: Run) -> None:
+    code = (
+        "import sys; from revise.cli import main; "
+        f"rc = main(['query', 'SELECT count(*) AS n FROM revision_history', '--delta-path', "
+        f"{run.delta!r}, '--format', 'json']); "
+        "assert rc == 0; assert 'pyspark' not in sys.modules, 'pyspark was imported'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["n"] == len(read_table(f"{run.delta}/revisions"))
+
+
+@pytest.mark.parametrize("sql", ["SELEC nonsense", "SELECT * FROM no_such_view",
+                                 "SELECT no_such_column FROM final_windows"])
+def test_local_engine_bad_sql_exit_2_naming_the_views(
+    run: Run, capfd: pytest.CaptureFixture[str], sql: str
+) -> None:
+    code, out, err = _cli(capfd, sql, "--delta-path", run.delta)
+    assert code == 2, err
+    assert "final_windows" in err and "dead_letters" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 3
+    assert out == ""
+
+
+def test_local_engine_path_and_time_travel_errors_exit_2(
+    run: Run, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capfd, "SELECT 1", "--delta-path", str(tmp_path / "nope"))
+    assert code == 2 and "does not exist" in err and "revise run" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = _cli(capfd, "SELECT 1", "--delta-path", str(tmp_path / "empty"))
+    assert code == 2 and "no revise Delta tables" in err
+    code, _, err = _cli(capfd, "SELECT 1", "--delta-path", run.delta, "--as-of-version", "100000")
+    assert code == 2 and "version 100000" in err and "DESCRIBE HISTORY" in err
+    code, _, err = _cli(capfd, "SELECT 1", "--delta-path", run.delta, "--as-of-version", "1",
+                        "--as-of-timestamp", "2026-01-01 00:00:00")
+    assert code == 2 and "not both" in err
+    code, _, err = _cli(capfd, "SELECT 1", "--delta-path", run.delta, "--as-of-timestamp",
+                        "yesterday")
+    assert code == 2 and "'2026-01-01 10:00:00'" in err
+    for e in (err,):
+        assert "Traceback" not in e and len(e.strip().splitlines()) <= 3
+
+
+def test_compare_reads_and_writes_without_spark(run: Run, spark: SparkSession,
+                                                tmp_path: Path) -> None:
+    # read: what compare's _read_delta gets from Spark, filtered to the run's query id
+    spark_revs = spark.read.format("delta").load(f"{run.delta}/revisions").toPandas()
+    mine = read_table(f"{run.delta}/revisions", query_id=run.query_id)
+    assert len(mine) == len(spark_revs) > 0
+    assert_same(spark_revs, mine, ordered=False)
+    assert read_table(f"{run.delta}/revisions", query_id="other").empty
+    # write: compare's comparisons table, read back by Spark with compare's schema
+    schema = COMPARISONS_SCHEMA
+    rows = pd.DataFrame({"run_id": ["r1", "r1"], "created_at_ms": [1, 1],
+                         "mode": ["revision", "watermark"], "section": ["volume"] * 2,
+                         "metric": ["revisions", "revisions"], "value": [3.0, None]})
+    path = str(tmp_path / "comparisons")
+    append_frame(path, rows, schema)
+    append_frame(path, rows.assign(run_id="r2"), schema)
+    back = spark.read.format("delta").load(path)
+    assert back.schema.simpleString() == ("struct<run_id:string,created_at_ms:bigint,mode:string,"
+                                          "section:string,metric:string,value:double>")
+    got = pd.DataFrame(back.orderBy("run_id", "mode").toPandas())
+    assert got["run_id"].tolist() == ["r1", "r1", "r2", "r2"]
+    assert got["value"].isna().tolist() == [False, True, False, True]
