@@ -616,6 +616,11 @@ def run_job(
     )
     try:
         _drive(query, cfg, ends, control_dir, stop_event, on_progress, result, timeout_s, t_start)
+    except JobError as exc:
+        clearer = _commit_failure(committer.error)
+        if clearer is None:
+            raise
+        raise clearer from exc
     finally:
         if query.isActive:
             query.stop()
@@ -624,6 +629,21 @@ def run_job(
         raise committer.error
     result.seconds = time.monotonic() - t_start
     return result
+
+
+def _commit_failure(error: BaseException | None) -> ReviseError | None:
+    """The committer's own error, clearer than Spark's wrapped copy of it (None: none).
+
+    A failure inside ``foreachBatch`` reaches the driver as a Py4J-wrapped Python traceback;
+    the committer keeps the original, whose message (a ``DeltaWriteError``, a Kafka
+    ``ChangelogError``, an ``OSError`` such as a full disk) says what failed and where.
+    """
+    if error is None or isinstance(error, ProducerFencedError):
+        return None
+    if isinstance(error, ReviseError):
+        return error
+    msg = f"committing a micro-batch failed ({type(error).__name__}: {error}); restart to replay it"
+    return JobError(msg)
 
 
 def _drive(
