@@ -33,9 +33,11 @@ Why these choices (checked on Spark 4.2, pinned by tests/integration/test_spark_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -617,7 +619,7 @@ def run_job(
     try:
         _drive(query, cfg, ends, control_dir, stop_event, on_progress, result, timeout_s, t_start)
     except JobError as exc:
-        clearer = _commit_failure(committer.error)
+        clearer = _commit_failure(cfg, committer.error)
         if clearer is None:
             raise
         raise clearer from exc
@@ -631,7 +633,7 @@ def run_job(
     return result
 
 
-def _commit_failure(error: BaseException | None) -> ReviseError | None:
+def _commit_failure(cfg: JobConfig, error: BaseException | None) -> ReviseError | None:
     """The committer's own error, clearer than Spark's wrapped copy of it (None: none).
 
     A failure inside ``foreachBatch`` reaches the driver as a Py4J-wrapped Python traceback;
@@ -642,8 +644,67 @@ def _commit_failure(error: BaseException | None) -> ReviseError | None:
         return None
     if isinstance(error, ReviseError):
         return error
-    msg = f"committing a micro-batch failed ({type(error).__name__}: {error}); restart to replay it"
-    return JobError(msg)
+    reason = _root_cause(str(error)) or type(error).__name__
+    msg = f"committing a micro-batch failed ({reason}); fix the cause and restart to replay it"
+    return JobError(_disk_full_hint(cfg, str(error)) or msg)
+
+
+def _root_cause(text: str) -> str:
+    """The innermost ``Caused by:`` of a Java/Py4J error text, else its first line."""
+    causes = [ln.split("Caused by:", 1)[1].strip() for ln in text.splitlines()
+              if ln.lstrip().startswith("Caused by:")]
+    if causes:
+        return causes[-1]
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _disk_full_hint(cfg: JobConfig, text: str) -> str | None:
+    """Name the folder whose filesystem is full when the error says a device has no space."""
+    if "No space left on device" not in text:
+        return None
+    full = []
+    for flag, path in (("--checkpoint", cfg.checkpoint), ("--delta-path", cfg.delta_path)):
+        with contextlib.suppress(OSError):
+            if shutil.disk_usage(path).free < 16 * 1024 * 1024:
+                full.append(f"{flag} {path}")
+    where = " and ".join(full) or f"--checkpoint {cfg.checkpoint} or --delta-path {cfg.delta_path}"
+    return (
+        f"no space left on the filesystem of {where} (< 16 MiB free); the running micro-batch "
+        "was not committed: free space there and restart, the batch is redone"
+    )
+
+
+def _failure_message(cfg: JobConfig, text: str) -> str:
+    """What to tell the user about a failed query, given Spark's exception text.
+
+    A deleted input topic shows up in Spark only as ``UnknownTopicOrPartitionException``
+    (or as lost partitions); say which topic, that committed batches are safe, and the fix.
+    """
+    first = _root_cause(text)
+    hint = _disk_full_hint(cfg, text)
+    if hint is not None:
+        return hint
+    if "UnknownTopicOrPartition" in text or not _input_topic_exists(cfg):
+        return (
+            f"--input-topic {cfg.input_topic!r} was deleted (or lost partitions) while the job "
+            f"ran ({first}); every committed micro-batch is intact and the uncommitted one is "
+            "redone on restart: restore the topic with its records (same partitions and "
+            "offsets) and restart, or start over with a new --checkpoint and --query-id"
+        )
+    return f"the streaming query failed: {first}"
+
+
+def _input_topic_exists(cfg: JobConfig) -> bool:
+    """True when the broker lists the input topic (or cannot be asked: then assume it does)."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        md = AdminClient({"bootstrap.servers": cfg.bootstrap_servers}).list_topics(timeout=10)
+    except Exception:  # noqa: BLE001 - an unreachable broker is not a deleted topic
+        return True
+    topic = md.topics.get(cfg.input_topic)
+    return topic is not None and topic.error is None
 
 
 def _drive(
@@ -687,9 +748,7 @@ def _drive(
                     "with the same --query-id took over; this one stops"
                 )
                 raise ProducerFencedError(msg)
-            first = text.strip().splitlines()[0] if text.strip() else repr(exc)
-            msg = f"the streaming query failed: {first}"
-            raise JobError(msg)
+            raise JobError(_failure_message(cfg, text.strip() or repr(exc)))
         if not query.isActive:
             absorb()
             return
