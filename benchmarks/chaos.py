@@ -211,6 +211,7 @@ def run_chaos(setup: JobSetup, *, kills: int, seed: int, data_batches: int,
     """
     rng = random.Random(seed)
     result = ChaosResult(seed)
+    setup.workdir.mkdir(parents=True, exist_ok=True)  # the runs' logs go there
     t0 = time.monotonic()
     for i in range(kills):
         nb = next_batch(setup.checkpoint)
