@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -35,7 +36,9 @@ from revise.errors import InfraError, SetupError
 from revise.infra import secure as _secure_mod
 from revise.infra.jars import classpath
 
-__all__ = ["BrokerCluster", "BrokerError", "default_home", "start", "status", "stop"]
+__all__ = [
+    "BrokerCluster", "BrokerError", "default_home", "restart_node", "start", "status", "stop",
+]
 
 _READY_TIMEOUT_S = 90.0
 _STOP_TIMEOUT_S = 30.0
@@ -438,6 +441,11 @@ def _start_node(
     if not (data_dir / "meta.properties").is_file():
         scram = _secure_mod.scram_format_args(material) if material is not None else []
         _format(node_dir, cluster_id, scram)
+    return _launch_node(node_dir)
+
+
+def _launch_node(node_dir: Path) -> int:
+    """Start the Kafka process of one node whose ``server.properties`` exists; returns its pid."""
     proc = _run_java(
         [f"-Dlog4j2.configurationFile={node_dir / 'log4j2.properties'}",
          f"-Dkafka.logs.dir={node_dir}",
@@ -482,3 +490,45 @@ def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> Bro
     for n in cluster.nodes:
         _terminate(n.pid, timeout_s=timeout_s)
     return cluster
+
+
+def restart_node(
+    node_id: int, home: Path | None = None, *, ready_timeout_s: float = _READY_TIMEOUT_S
+) -> BrokerCluster:
+    """Start again one node of a cluster whose process died (e.g. SIGKILLed), on its old ports.
+
+    The node keeps its id, ports and data, so it rejoins the cluster and catches its replicas
+    up. The other nodes are left alone; ``cluster.json`` gets the new pid.
+
+    Args:
+        node_id: The node to restart (1-based, as in ``cluster.json``).
+        home: The cluster's state folder; ``default_home()`` when None.
+        ready_timeout_s: How long to wait until every node answers metadata requests.
+
+    Raises:
+        BrokerError: No cluster under ``home``, no such node, the node still runs, or it did
+            not come back.
+    """
+    home = (home or default_home()).resolve()
+    f = _state_file(home)
+    if not f.is_file():
+        msg = f"no embedded broker under {home}; start one with revise broker start"
+        raise BrokerError(msg)
+    cluster = BrokerCluster.from_json(f.read_text())
+    node = next((n for n in cluster.nodes if n.node_id == node_id), None)
+    if node is None:
+        ids = [n.node_id for n in cluster.nodes]
+        msg = f"the cluster under {home} has nodes {ids}, not {node_id}"
+        raise BrokerError(msg)
+    if _pid_alive(node.pid):
+        msg = f"node {node_id} (pid {node.pid}) is still running; stop it before restarting it"
+        raise BrokerError(msg)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(node.pid, os.WNOHANG)  # reap it if it was our child
+    pid = _launch_node(home / f"node-{node_id}")
+    nodes = tuple(dataclasses.replace(n, pid=pid) if n.node_id == node_id else n
+                  for n in cluster.nodes)
+    restarted = dataclasses.replace(cluster, nodes=nodes)
+    f.write_text(restarted.to_json())
+    _wait_ready(restarted, ready_timeout_s)
+    return restarted

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from revise.errors import ConfigError, ReviseError
+from revise.errors import ConfigError
 from revise.jobconfig import JobConfig
 from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
+from revise.spark.failures import JobError, commit_failure, failure_message
 from revise.spark.session import spark_session
 from revise.spark.stream import build_stream, write_close_all
 from sinks.delta_tables import DeltaTables
@@ -50,10 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["JobDriver", "JobError", "JobResult", "preflight", "run_job"]
 
 ProgressCallback = Callable[[dict[str, Any]], None]
-
-
-class JobError(ReviseError, RuntimeError):
-    """The streaming query failed; the message carries Spark's reason."""
 
 
 def _check_checkpoint(cfg: JobConfig) -> None:
@@ -153,6 +150,11 @@ def run_job(
                        started=t_start)
     try:
         driver.run()
+    except JobError as exc:
+        clearer = commit_failure(cfg, committer.error)
+        if clearer is None:
+            raise
+        raise clearer from exc
     finally:
         if query.isActive:
             query.stop()
@@ -256,9 +258,7 @@ class JobDriver:
             )
             raise ProducerFencedError(msg) from None
         text = str(exc).strip()
-        first = text.splitlines()[0] if text else repr(exc)
-        msg = f"the streaming query failed: {first}"
-        raise JobError(msg)
+        raise JobError(failure_message(self.cfg, text or repr(exc)))
 
     def _bounded_done(self, progress: dict[str, Any] | None) -> bool:
         """A bounded run: write the close-all once the input is read; True once it was read."""

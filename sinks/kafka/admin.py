@@ -16,7 +16,9 @@ from revise.errors import ConfigError
 from sinks.kafka.errors import ChangelogError, kafka_error
 from sinks.kafka.logs import client_logging
 
-__all__ = ["create_topics", "end_offsets", "ensure_compacted_topic", "ensure_topics"]
+__all__ = [
+    "create_topics", "end_offsets", "ensure_compacted_topic", "ensure_topics", "topic_exists",
+]
 
 
 def _missing_input(topic: str, bootstrap_servers: str) -> ConfigError:
@@ -44,6 +46,17 @@ def ensure_topics(bootstrap_servers: str, input_topic: str,
     partitions = max(1, len(md.topics[input_topic].partitions))
     create_topics(bootstrap_servers, [t for t in outputs if t and t not in md.topics],
                   partitions=partitions, timeout_s=timeout_s, admin=admin)
+
+
+def topic_exists(bootstrap_servers: str, topic: str, *, timeout_s: float = 10.0) -> bool | None:
+    """Whether the broker lists ``topic`` (None: the broker could not be asked)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **client_logging()})
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except KafkaException:
+        return None
+    found = md.topics.get(topic)
+    return found is not None and found.error is None
 
 
 def create_topics(bootstrap_servers: str, topics: Iterable[str], *, partitions: int,

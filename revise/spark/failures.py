@@ -1,0 +1,89 @@
+"""Why a run failed, said so that the user can act: the messages of ``JobError``.
+
+Spark reports a failure inside ``foreachBatch`` as a Py4J-wrapped Python traceback and a lost
+input topic only as ``UnknownTopicOrPartitionException``. The driver
+(:mod:`revise.spark.driver`) turns both into one line that names what failed, where, and the
+fix; the committed micro-batches are intact in every case (the failed one is redone on
+restart, see the commit sequence in :mod:`revise.spark.committer`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+
+from revise.errors import ReviseError
+from revise.jobconfig import JobConfig
+from sinks.kafka import ProducerFencedError
+from sinks.kafka.admin import topic_exists
+
+__all__ = ["JobError", "commit_failure", "failure_message", "root_cause"]
+
+_LOW_SPACE_BYTES = 16 * 1024 * 1024
+
+
+class JobError(ReviseError, RuntimeError):
+    """The streaming query failed; the message carries the reason and the fix."""
+
+
+def commit_failure(cfg: JobConfig, error: BaseException | None) -> ReviseError | None:
+    """The committer's own error, clearer than Spark's wrapped copy of it (None: none).
+
+    The committer keeps the original exception, whose message (a ``DeltaWriteError``, a Kafka
+    ``ChangelogError``, an ``OSError`` such as a full disk) says what failed and where.
+    """
+    if error is None or isinstance(error, ProducerFencedError):
+        return None
+    if isinstance(error, ReviseError):
+        return error
+    reason = root_cause(str(error)) or type(error).__name__
+    msg = f"committing a micro-batch failed ({reason}); fix the cause and restart to replay it"
+    return JobError(_disk_full_hint(cfg, str(error)) or msg)
+
+
+def root_cause(text: str) -> str:
+    """The innermost ``Caused by:`` of a Java/Py4J error text, else its first line."""
+    causes = [ln.split("Caused by:", 1)[1].strip() for ln in text.splitlines()
+              if ln.lstrip().startswith("Caused by:")]
+    if causes:
+        return causes[-1]
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _disk_full_hint(cfg: JobConfig, text: str) -> str | None:
+    """Name the folder whose filesystem is full when the error says a device has no space."""
+    if "No space left on device" not in text:
+        return None
+    full = []
+    for flag, path in (("--checkpoint", cfg.checkpoint), ("--delta-path", cfg.delta_path)):
+        with contextlib.suppress(OSError):
+            if shutil.disk_usage(path).free < _LOW_SPACE_BYTES:
+                full.append(f"{flag} {path}")
+    where = " and ".join(full) or f"--checkpoint {cfg.checkpoint} or --delta-path {cfg.delta_path}"
+    return (
+        f"no space left on the filesystem of {where} (< 16 MiB free); the running micro-batch "
+        "was not committed: free space there and restart, the batch is redone"
+    )
+
+
+def failure_message(cfg: JobConfig, text: str) -> str:
+    """What to tell the user about a failed query, given Spark's exception text.
+
+    A deleted input topic shows up in Spark only as ``UnknownTopicOrPartitionException`` (or
+    as lost partitions): say which topic, that committed batches are safe, and the fix.
+    """
+    first = root_cause(text)
+    hint = _disk_full_hint(cfg, text)
+    if hint is not None:
+        return hint
+    gone = "UnknownTopicOrPartition" in text or topic_exists(
+        cfg.bootstrap_servers, cfg.input_topic) is False
+    if gone:
+        return (
+            f"--input-topic {cfg.input_topic!r} was deleted (or lost partitions) while the job "
+            f"ran ({first}); every committed micro-batch is intact and the uncommitted one is "
+            "redone on restart: restore the topic with its records (same partitions and "
+            "offsets) and restart, or start over with a new --checkpoint and --query-id"
+        )
+    return f"the streaming query failed: {first}"
