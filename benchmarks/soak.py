@@ -141,9 +141,10 @@ class ChangelogWatcher(threading.Thread):
         try:
             while not self.stop.is_set():
                 for m in c.consume(500, timeout=0.5):
-                    if m.error() or m.value() is None:
+                    value = m.value()
+                    if m.error() or value is None:
                         continue
-                    row = orjson.loads(m.value())
+                    row = orjson.loads(value)
                     if row["revision"] != 0:
                         continue
                     first = self.feeder.first(row["key"], row["window_start_ms"])
