@@ -208,3 +208,32 @@ def test_snapshot_of_other_aggs_or_old_format_is_handled():
         w.write_table(bad)
     with pytest.raises(StateSchemaMismatch, match="sketch 'q:a'"):
         Engine.build(other, sink.getvalue().to_pybytes())
+
+
+def test_input_batch_checks_the_field_columns():
+    from revise.engine import InvalidInput
+
+    with pytest.raises(InvalidInput, match=r"numeric\['a'\]\[1\] is nan"):
+        InputBatch.from_arrays(["k", "k"], [1, 2], [0, 0], numeric={"a": [1.0, float("nan")]})
+    with pytest.raises(InvalidInput, match=r"distinct\['u'\] has shape"):
+        InputBatch.from_arrays(["k", "k"], [1, 2], [0, 0], distinct={"u": ["x"]})
+    b = InputBatch.from_arrays(["k"], [1], [0], distinct={"u": ["x"]})
+    assert b.distinct["u"].tolist() == hash_strings(["x"]).tolist()
+    config = EngineConfig(WindowSpec.parse("tumbling:1s"), 0,
+                          agg_list=AggList.parse("count,p99(lat)"))
+    with pytest.raises(InvalidInput, match="no column for field 'lat'"):
+        Engine(config).process(b, watermark_ms=0, batch_id=0, now_ms=0)
+
+
+def test_revision_schema_follows_the_agg_list():
+    from revise.records import REVISION_SCHEMA
+
+    assert revision_schema(AggList.parse("count,sum")) is REVISION_SCHEMA
+    s = revision_schema(AggList.parse("count,p99(ev.lat),distinct(u)"))
+    names = s.names
+    at = names.index("retracted") + 1
+    assert names[at:at + 6] == ["count", "p99_ev_lat", "distinct_u", "prev_count",
+                                "prev_p99_ev_lat", "prev_distinct_u"]
+    assert str(s.field("distinct_u").type) == "int64"
+    assert str(s.field("prev_p99_ev_lat").type) == "double"
+    assert "sum" not in names and names[-1] == "emitted_at_ms"
