@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from revise.aggspec import AggList
 from revise.errors import ConfigError
 from revise.vocab import MODES, Mode, UnknownWord, as_mode
 from windows.aggregates import REGISTRY
@@ -233,9 +234,18 @@ class EngineConfig:
             the first batch whose watermark reaches ``window_end + grace_ms``.
         watermark_delay_ms: Watermark = max accepted event time − this (>= 0 ms); used by the
             caller's watermark tracker, not by the engine itself.
-        aggs: Aggregates to emit, from :data:`AGGREGATE_NAMES`; others are null in output.
+        aggs: Aggregates to emit: bare names from :data:`AGGREGATE_NAMES` (the legacy form
+            on the record value; others are null in output). With a non-legacy ``agg_list``
+            it is set to that list's output columns (``count`` / ``FN_FIELD``).
         mode: ``revision`` (every change, then FINAL) or ``watermark`` (only FINAL, rev 0).
         query_id: Stable job id carried by every revision.
+        agg_list: An :class:`~revise.aggspec.AggList` (``--aggs`` parsed); None or a legacy
+            list: the legacy list of ``aggs`` (``aggs`` wins, so ``dataclasses.replace`` of
+            ``aggs`` works). Read it as :attr:`aggregates`.
+
+    Trace: ``EngineConfig(w, 0, aggs=("count", "sum")).aggregates`` is legacy with columns
+    ``count, sum``; ``agg_list=AggList.parse("count,p99(lat)")`` gives ``aggs == ("count",
+    "p99_lat")``.
     """
 
     window: WindowSpec
@@ -244,6 +254,13 @@ class EngineConfig:
     aggs: tuple[str, ...] = AGGREGATE_NAMES
     mode: Mode = "revision"
     query_id: str = "revise"
+    agg_list: AggList | None = None
+
+    @property
+    def aggregates(self) -> AggList:
+        """The aggregates as an AggList (the legacy list of ``aggs`` in the bare form)."""
+        assert self.agg_list is not None  # set by __post_init__
+        return self.agg_list
 
     def __post_init__(self) -> None:
         if not isinstance(self.window, WindowSpec):
@@ -257,8 +274,16 @@ class EngineConfig:
         if isinstance(self.aggs, str):
             msg = f"aggs must be a tuple of names; use parse_aggs({self.aggs!r})"
             raise ConfigError(msg)
-        object.__setattr__(self, "aggs", tuple(self.aggs))
-        _check_aggs(self.aggs, "aggs")
+        if self.agg_list is not None and not isinstance(self.agg_list, AggList):
+            msg = f"agg_list must be an AggList (use AggList.parse), got {self.agg_list!r}"
+            raise ConfigError(msg)
+        if self.agg_list is not None and not self.agg_list.legacy:
+            self.agg_list.check("aggs")
+            object.__setattr__(self, "aggs", self.agg_list.columns)
+        else:
+            object.__setattr__(self, "aggs", tuple(self.aggs))
+            _check_aggs(self.aggs, "aggs")
+            object.__setattr__(self, "agg_list", AggList.parse(",".join(self.aggs)))
         if self.mode not in MODES:
             msg = f"mode must be revision or watermark, got {self.mode!r}"
             raise ConfigError(msg)

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
+from dataclasses import field as dc_field
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from revise.aggspec import AggList
 from revise.errors import ReviseError
 from revise.vocab import TIMINGS, Mode, Timing, as_mode, as_timing
 from windows.aggregates import REGISTRY
@@ -37,6 +39,7 @@ __all__ = [
     "LATE_SCHEMA",
     "PREV_FIELDS",
     "REVISION_SCHEMA",
+    "revision_schema",
     "TIMINGS",
     "DeadLetter",
     "RecordError",
@@ -80,6 +83,25 @@ REVISION_SCHEMA = pa.schema(
     ]
 )
 """Arrow schema of a revision row (SPEC §4); aggregates and ``prev_*`` are nullable."""
+
+_N_AGG = 2 * len(AGG_FIELDS)
+_AGG_AT = REVISION_SCHEMA.get_field_index(AGG_FIELDS[0])
+
+
+def revision_schema(aggs: AggList) -> pa.Schema:
+    """Arrow schema of a revision row for ``aggs`` (SPEC §4, §7).
+
+    The legacy bare form gives :data:`REVISION_SCHEMA` itself; otherwise the columns
+    ``count`` … ``mean`` and their ``prev_*`` are replaced by ``aggs``' columns (``count``
+    int64, ``FN_FIELD`` float64, ``distinct_FIELD`` int64), then their ``prev_`` columns.
+
+    Trace: ``count,p99(lat)`` → ``…, retracted, count, p99_lat, prev_count, prev_p99_lat,
+    n_late, …``.
+    """
+    if aggs.legacy:
+        return REVISION_SCHEMA
+    base = list(REVISION_SCHEMA)
+    return pa.schema([*base[:_AGG_AT], *aggs.arrow_fields(), *base[_AGG_AT + _N_AGG:]])
 
 LATE_SCHEMA = pa.schema(
     [
@@ -308,6 +330,9 @@ class RevisionBatch:
     watermark_ms: npt.NDArray[np.int64]
     batch_id: npt.NDArray[np.int64]
     emitted_at_ms: npt.NDArray[np.int64]
+    extra: Mapping[str, npt.NDArray[Any]] = dc_field(default_factory=dict)
+    """Columns of an :class:`AggList` beyond ``count`` (``FN_FIELD`` and ``prev_FN_FIELD``);
+    empty in the legacy form. ``prev_`` ones hold a placeholder where ``has_prev`` is False."""
 
     ARRAY_FIELDS: ClassVar[tuple[str, ...]] = (
         "key", "window_start_ms", "window_end_ms", "revision", "timing", "is_final", "retracted",
@@ -323,7 +348,7 @@ class RevisionBatch:
         n = len(self)
         if name in AGG_FIELDS:
             return np.full(n, name in self.aggs)
-        if name in PREV_FIELDS:
+        if name in PREV_FIELDS or name in self.extra and name.startswith("prev_"):
             if name[5:] not in self.aggs:
                 return np.zeros(n, dtype=bool)
             return self.has_prev.copy()
@@ -332,7 +357,8 @@ class RevisionBatch:
     def take(self, index: npt.NDArray[np.intp]) -> RevisionBatch:
         """Rows ``index`` (any integer or bool index) as a new batch."""
         cols = {f: getattr(self, f)[index] for f in self.ARRAY_FIELDS}
-        return RevisionBatch(self.query_id, self.mode, self.aggs, **cols)
+        extra = {c: a[index] for c, a in self.extra.items()}
+        return RevisionBatch(self.query_id, self.mode, self.aggs, **cols, extra=extra)
 
     @staticmethod
     def empty(query_id: str = "revise", mode: Mode = "revision",
@@ -367,25 +393,38 @@ class RevisionBatch:
         if len(batches) == 1:
             return first
         cols = {f: np.concatenate([getattr(b, f) for b in batches]) for f in first.ARRAY_FIELDS}
-        return RevisionBatch(first.query_id, first.mode, first.aggs, **cols)
+        extra = {c: np.concatenate([b.extra[c] for b in batches]) for c in first.extra}
+        return RevisionBatch(first.query_id, first.mode, first.aggs, **cols, extra=extra)
+
+    def schema(self) -> pa.Schema:
+        """:data:`REVISION_SCHEMA`, or :func:`revision_schema` of the batch's AggList columns."""
+        if not self.extra and set(self.aggs) <= set(AGG_FIELDS):
+            return REVISION_SCHEMA
+        types = [(c, pa.int64() if c == "count" or self.extra[c].dtype.kind == "i"
+                  else pa.float64()) for c in self.aggs]
+        aggs = [pa.field(c, t, nullable=True) for c, t in types]
+        prevs = [pa.field(f"prev_{c}", t, nullable=True) for c, t in types]
+        base = list(REVISION_SCHEMA)
+        return pa.schema([*base[:_AGG_AT], *aggs, *prevs, *base[_AGG_AT + _N_AGG:]])
 
     def to_arrow(self) -> pa.Table:
-        """An Arrow table with :data:`REVISION_SCHEMA` (nulls per the module's convention)."""
+        """An Arrow table with :meth:`schema` (nulls per the module's convention)."""
         n = len(self)
         arrays: list[pa.Array] = []
-        for field in REVISION_SCHEMA:
+        schema = self.schema()
+        for field in schema:
             name = field.name
             if name in ("query_id", "mode"):
                 arrays.append(pa.array(np.full(n, getattr(self, name), dtype=object),
                                        type=field.type))
                 continue
-            col = getattr(self, name)
-            if name in AGG_FIELDS or name in PREV_FIELDS:
+            col = self.extra[name] if name in self.extra else getattr(self, name)
+            if name in AGG_FIELDS or name in PREV_FIELDS or name in self.extra:
                 mask = ~self.valid(name)
                 arrays.append(pa.array(col, type=field.type, mask=mask if mask.any() else None))
             else:
                 arrays.append(pa.array(col, type=field.type))
-        return pa.Table.from_arrays(arrays, schema=REVISION_SCHEMA)
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def rows(self) -> Iterator[Revision]:
         """The rows as :class:`Revision` objects (nulls as None)."""

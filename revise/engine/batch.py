@@ -8,17 +8,19 @@ mistake names the field, index and value instead of corrupting state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from revise.engine.aggplan import AggPlan
 from revise.errors import ReviseError
 from revise.records import LateBatch, RevisionBatch
 from revise.vocab import MAX_TS_MS
-from windows import AggregateSet
+from windows.sketches import hash_strings
 
 __all__ = [
     "LATE_REASON",
@@ -56,6 +58,10 @@ class InputBatch:
         partitions: Source partition of each record (int32), carried to late records.
         offsets: Source offset of each record (int64), carried to late records.
         topic: Source topic: one str for the batch, or an object array of str per record.
+        numeric: ``FN(FIELD)`` form: one finite float64 array per numeric field path (the
+            unit is the field's own); ``values`` then only feeds the late records' ``value``.
+        distinct: ``FN(FIELD)`` form: one int64 array of 63-bit hashes per distinct field
+            (``windows.sketches.hash_utf8`` / ``hash_strings`` of the canonical text).
 
     Use :meth:`from_arrays` to build one with validation.
     """
@@ -66,6 +72,8 @@ class InputBatch:
     partitions: npt.NDArray[np.int32]
     offsets: IntArray
     topic: str | npt.NDArray[np.object_] = ""
+    numeric: Mapping[str, FloatArray] = field(default_factory=dict)
+    distinct: Mapping[str, IntArray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -83,6 +91,9 @@ class InputBatch:
         partitions: Any = None,
         offsets: Any = None,
         topic: str | Any = "",
+        *,
+        numeric: Mapping[str, Any] | None = None,
+        distinct: Mapping[str, Any] | None = None,
     ) -> InputBatch:
         """Build a batch, checking every field.
 
@@ -93,6 +104,9 @@ class InputBatch:
             partitions: Int32 partitions; default all 0.
             offsets: Int64 offsets; default the arrival positions ``0..n-1``.
             topic: A str for the whole batch or one str per record.
+            numeric: Finite numbers per numeric field path.
+            distinct: Per distinct field path: canonical strings (hashed here with
+                ``hash_strings``) or int64 hashes.
 
         Raises:
             InvalidInput: Naming the field, the first bad index and its value, e.g.
@@ -105,17 +119,9 @@ class InputBatch:
             msg = f"keys[{bad}] is {k[bad]!r} ({type(k[bad]).__name__}); keys must be str"
             raise InvalidInput(msg)
         ts = _as_ts(ts_ms, n)
-        v = np.asarray(values)
-        _check_len("values", v, n)
-        if v.dtype.kind not in "fiub":
-            msg = f"values must be numbers, got dtype {v.dtype}; parse values before the engine"
-            raise InvalidInput(msg)
-        v = v.astype(np.float64, copy=False)
-        finite = np.isfinite(v)
-        if not finite.all():
-            i = int(np.argmin(finite))
-            msg = f"values[{i}] is {v[i]}; values must be finite numbers (no NaN or inf)"
-            raise InvalidInput(msg)
+        v = _as_finite(values, n, "values")
+        num = {f: _as_finite(a, n, f"numeric[{f!r}]") for f, a in (numeric or {}).items()}
+        dst = {f: _as_hashes(a, n, f) for f, a in (distinct or {}).items()}
         if partitions is None:
             part = np.zeros(n, dtype=np.int32)
         else:
@@ -134,7 +140,36 @@ class InputBatch:
         else:
             top = _as_object(topic, "topic")
             _check_len("topic", top, n)
-        return InputBatch(k, ts, v, part, off, top)
+        return InputBatch(k, ts, v, part, off, top, num, dst)
+
+
+def _as_finite(values: Any, n: int, name: str) -> FloatArray:
+    v = np.asarray(values)
+    _check_len(name, v, n)
+    if v.dtype.kind not in "fiub":
+        msg = f"{name} must be numbers, got dtype {v.dtype}; parse values before the engine"
+        raise InvalidInput(msg)
+    v = v.astype(np.float64, copy=False)
+    finite = np.isfinite(v)
+    if not finite.all():
+        i = int(np.argmin(finite))
+        msg = f"{name}[{i}] is {v[i]}; {name} must be finite numbers (no NaN or inf)"
+        raise InvalidInput(msg)
+    return v
+
+
+def _as_hashes(values: Any, n: int, name: str) -> IntArray:
+    a = np.asarray(values) if isinstance(values, np.ndarray) else None
+    if a is not None and a.dtype == np.int64:
+        _check_len(f"distinct[{name!r}]", a, n)
+        return a
+    strings = _as_object(values, f"distinct[{name!r}]")
+    _check_len(f"distinct[{name!r}]", strings, n)
+    if n and pd.api.types.infer_dtype(strings, skipna=False) != "string":
+        msg = (f"distinct[{name!r}] must hold canonical strings or int64 hashes, got "
+               f"{pd.api.types.infer_dtype(strings, skipna=False)}")
+        raise InvalidInput(msg)
+    return hash_strings(list(strings))
 
 
 def _as_object(values: Any, name: str) -> npt.NDArray[np.object_]:
@@ -204,7 +239,7 @@ class Step:
     """What one micro-batch is judged against (the same for every window of the batch).
 
     Attributes:
-        aggs: The aggregate set (state columns, reductions, results).
+        aggs: The aggregate plan (state columns, sketches, reductions, results).
         grace_ms: A window accepts records while ``watermark < end + grace_ms``.
         sealed_ms: Windows starting at or before this were closed by close_all (ms).
         revision_mode: Emit a revision per touched window (False: watermark mode).
@@ -212,7 +247,7 @@ class Step:
         batch_id: The micro-batch id carried by every output row.
     """
 
-    aggs: AggregateSet
+    aggs: AggPlan
     grace_ms: int
     sealed_ms: int
     revision_mode: bool
@@ -253,8 +288,14 @@ def value_ranks(values: FloatArray) -> IntArray:
     """Rank of each value in ascending order (ties by position).
 
     Reducing a window's records in value order makes aggregates, even float sums, independent
-    of the order records arrive in within a batch.
+    of the order records arrive in within a batch. A 2-D ``values`` (one column per numeric
+    field) ranks rows lexicographically; tied rows contribute identically.
     """
     ranks = np.empty(len(values), dtype=_I64)
-    ranks[np.argsort(values)] = np.arange(len(values), dtype=_I64)
+    if values.ndim == 2:
+        order = (np.lexsort(values.T[::-1]) if values.shape[1]
+                 else np.arange(len(values), dtype=np.intp))
+    else:
+        order = np.argsort(values)
+    ranks[order] = np.arange(len(values), dtype=_I64)
     return ranks

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from revise.config import EngineConfig
+from revise.engine.aggplan import AggPlan
 from revise.engine.batch import BatchOutput, InputBatch, Step
 from revise.engine.emitter import Emitter, emit_finals
 from revise.engine.fixed import process_fixed
@@ -27,7 +28,7 @@ from revise.engine.state import (
 )
 from revise.errors import ReviseError
 from revise.records import LateBatch, RevisionBatch
-from windows import AggregateSet, HoppingAssigner, TumblingAssigner, WindowAssigner
+from windows import HoppingAssigner, TumblingAssigner, WindowAssigner
 
 __all__ = ["Engine", "WatermarkRegression"]
 
@@ -55,7 +56,7 @@ class Engine:
             msg = f"Engine needs an EngineConfig, got {type(config).__name__}"
             raise TypeError(msg)
         self._config = config
-        self._aggs = AggregateSet(config.aggs)
+        self._aggs = AggPlan(config.aggregates)
         w = config.window
         self._assigner: WindowAssigner | None
         if w.kind == "tumbling":
@@ -78,8 +79,8 @@ class Engine:
         return self._config
 
     @property
-    def aggs(self) -> AggregateSet:
-        """The aggregate set (state columns and result functions)."""
+    def aggs(self) -> AggPlan:
+        """The aggregate plan (state columns, sketches and result functions)."""
         return self._aggs
 
     @property

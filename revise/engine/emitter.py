@@ -9,20 +9,23 @@ and turns aggregate state into results. Within one window the parts arrive in re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from revise.config import EngineConfig
+from revise.engine.aggplan import AggPlan, Sketches
 from revise.engine.batch import IntArray
 from revise.engine.state import KeyTable, WindowTable
 from revise.records import AGG_FIELDS, RevisionBatch
 from revise.vocab import TIMINGS
-from windows import AggregateSet, State
+from windows import State
+from windows.sketches import SlotTable
 
-__all__ = ["EARLY", "FINAL", "LATE", "EmittedPart", "Emitter", "emit_changed", "emit_rows"]
+__all__ = ["EARLY", "FINAL", "LATE", "EmittedPart", "Emitter", "emit_changed", "emit_rows",
+           "empty_revisions"]
 
 EARLY, LATE, FINAL = (np.int8(TIMINGS.index(t)) for t in ("EARLY", "LATE", "FINAL"))
 _TIMING_NAMES = np.array(TIMINGS, dtype=object)
@@ -42,6 +45,7 @@ class EmittedPart:
         timing: :data:`EARLY`, :data:`LATE` or :data:`FINAL` codes (int8).
         retracted: These bounds are superseded by a merged or extended session.
         is_final: These are FINAL revisions.
+        prev_sketches: Sketch states of each window's previous revision (as ``prev``).
     """
 
     windows: WindowTable
@@ -50,6 +54,7 @@ class EmittedPart:
     timing: npt.NDArray[np.int8]
     retracted: bool = False
     is_final: bool = False
+    prev_sketches: Sketches | None = None
 
 
 class Emitter:
@@ -65,11 +70,11 @@ class Emitter:
         if len(part.windows):
             self.parts.append(part)
 
-    def build(self, config: EngineConfig, aggs: AggregateSet, keys: KeyTable, *,
+    def build(self, config: EngineConfig, aggs: AggPlan, keys: KeyTable, *,
               watermark_ms: int, batch_id: int, now_ms: int) -> RevisionBatch:
         """All parts as one RevisionBatch sorted by ``(key, window_start_ms, window_end_ms)``."""
         if not self.parts:
-            return RevisionBatch.empty(config.query_id, config.mode, config.aggs)
+            return empty_revisions(config, aggs)
         wins = [p.windows for p in self.parts]
         key = np.concatenate([t.key for t in wins])
         start = np.concatenate([t.start for t in wins])
@@ -86,6 +91,15 @@ class Emitter:
         prev = {c: cat([p.prev[c] for p in self.parts]) for c in names}
         has_prev = cat([p.has_prev for p in self.parts])
         n = len(key)
+        results: dict[str, Any]
+        if aggs.agg_list.legacy:
+            results = _results(aggs, cols, prev, has_prev)
+        else:
+            sk = {s: _cat_sketches([t.sketches[s] for t in wins], order) for s in aggs.sketches}
+            psk = {s: _cat_sketches([p.windows.sketches[s] if p.prev_sketches is None
+                                     else p.prev_sketches[s] for p in self.parts], order)
+                   for s in aggs.sketches}
+            results = _column_results(aggs, cols, sk, prev, psk, has_prev)
 
         def flag(name: str) -> Any:
             return cat([np.full(len(p.windows), getattr(p, name)) for p in self.parts])
@@ -107,11 +121,47 @@ class Emitter:
             watermark_ms=np.full(n, watermark_ms, dtype=_I64),
             batch_id=np.full(n, batch_id, dtype=_I64),
             emitted_at_ms=np.full(n, now_ms, dtype=_I64),
-            **_results(aggs, cols, prev, has_prev),
+            **results,
         )
 
 
-def _results(aggs: AggregateSet, cols: State, prev: State,
+def empty_revisions(config: EngineConfig, aggs: AggPlan) -> RevisionBatch:
+    """No revisions, with the (typed, empty) ``extra`` columns of an AggList."""
+    empty = RevisionBatch.empty(config.query_id, config.mode, config.aggs)
+    if aggs.agg_list.legacy:
+        return empty
+    extra = {s.column if prev == "" else s.prev_column:
+             np.empty(0, dtype=_I64 if s.kind == "distinct" else np.float64)
+             for s in aggs.agg_list.specs if s.kind != "count" for prev in ("", "prev_")}
+    return replace(empty, extra=extra)
+
+
+def _cat_sketches(tables: list[SlotTable], order: Any) -> SlotTable:
+    return SlotTable.concat(tables).take(np.arange(sum(map(len, tables)))[order])
+
+
+def _column_results(aggs: AggPlan, cols: State, sk: Sketches, prev: State, psk: Sketches,
+                    has_prev: BoolArray) -> dict[str, Any]:
+    """An AggList's columns (``count`` in its field, others in ``extra``) and ``prev_`` ones."""
+    n = len(has_prev)
+    res = aggs.column_results(cols, sk)
+    pres = aggs.column_results(prev, psk)
+    count = res.pop("count", np.zeros(n, dtype=_I64))
+    prev_count = np.where(has_prev, pres.pop("count", np.zeros(n, dtype=_I64)), 0).astype(_I64)
+    out: dict[str, Any] = {"count": count, "prev_count": prev_count}
+    for a in AGG_FIELDS[1:]:
+        out[a] = out[f"prev_{a}"] = np.full(n, np.nan)
+    extra: dict[str, Any] = {}
+    for c, v in res.items():
+        extra[c] = v
+        p = pres[c]
+        extra[f"prev_{c}"] = np.where(has_prev, p, 0 if p.dtype.kind == "i" else np.nan) \
+            .astype(p.dtype)
+    out["extra"] = extra
+    return out
+
+
+def _results(aggs: AggPlan, cols: State, prev: State,
              has_prev: BoolArray) -> dict[str, Any]:
     """Aggregate and ``prev_*`` result columns (placeholders where not requested or no prev)."""
     n = len(has_prev)
@@ -140,19 +190,21 @@ def _timing(w: int, end: IntArray) -> npt.NDArray[np.int8]:
 
 
 def emit_rows(out: Emitter, table: WindowTable, rows: npt.NDArray[np.intp], *, prev: State,
-              has_prev: BoolArray, w: int) -> None:
+              prev_sketches: Sketches, has_prev: BoolArray, w: int) -> None:
     """Emit EARLY/LATE revisions of ``table``'s rows ``rows`` and bump their revision counters."""
     chosen = table.take(rows)
-    out.add(EmittedPart(chosen, prev, has_prev, _timing(w, chosen.end)))
+    out.add(EmittedPart(chosen, prev, has_prev, _timing(w, chosen.end),
+                        prev_sketches=prev_sketches))
     table.rev[rows] += 1
 
 
-def emit_changed(out: Emitter, windows: WindowTable, *, prev: State, has_prev: BoolArray,
-                 w: int, retracted: bool = False, timing_end: IntArray | None = None) -> None:
+def emit_changed(out: Emitter, windows: WindowTable, *, prev: State, prev_sketches: Sketches,
+                 has_prev: BoolArray, w: int, retracted: bool = False,
+                 timing_end: IntArray | None = None) -> None:
     """Emit EARLY/LATE revisions of ``windows`` (timing judged on ``timing_end`` if given)."""
     end = windows.end if timing_end is None else timing_end
     out.add(EmittedPart(windows.take(np.arange(len(windows))), prev, has_prev,
-                        _timing(w, end), retracted=retracted))
+                        _timing(w, end), retracted=retracted, prev_sketches=prev_sketches))
 
 
 def emit_finals(out: Emitter, closing: WindowTable, *, revision_mode: bool) -> None:
@@ -162,7 +214,8 @@ def emit_finals(out: Emitter, closing: WindowTable, *, revision_mode: bool) -> N
         has_prev = closing.rev > 0
     else:
         closing = WindowTable(closing.key, closing.start, closing.end, closing.cols,
-                              np.zeros(n, dtype=_I64), closing.n_late, closing.max_late)
+                              np.zeros(n, dtype=_I64), closing.n_late, closing.max_late,
+                              closing.sketches)
         has_prev = np.zeros(n, dtype=bool)
     out.add(EmittedPart(closing, closing.cols, has_prev, np.full(n, FINAL, dtype=np.int8),
                         is_final=True))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from revise.engine.aggplan import Sketches
 from revise.engine.batch import FloatArray, InputBatch, IntArray, Step, late_records, value_ranks
 from revise.engine.emitter import Emitter, emit_rows
 from revise.engine.state import WindowTable
@@ -29,8 +30,9 @@ _I64 = np.int64
 
 @dataclass(frozen=True, slots=True)
 class _Pairs:
-    """Accepted (record, window) pairs: key rank, event time, value, window bounds (ms)."""
+    """Accepted (record, window) pairs: record, key rank, event time, value, bounds (ms)."""
 
+    rec: npt.NDArray[np.intp]
     key: IntArray
     ts_ms: IntArray
     value: FloatArray
@@ -48,6 +50,7 @@ class _Groups:
     part: State
     n_late: IntArray
     max_late: IntArray
+    sketches: Sketches
 
 
 def process_fixed(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
@@ -72,7 +75,7 @@ def process_fixed(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
         return table, late, None
     ids, table_ids = _pack_ids(pairs.key, assigner.window_index(pairs.start), table.key,
                                assigner.window_index(table.start), n_keys)
-    g = _reduce(pairs, ids, step)
+    g = _reduce(batch, pairs, ids, step)
     pos = np.searchsorted(table_ids, g.window_id)
     found = np.zeros(len(pos), dtype=bool)
     inside = pos < len(table_ids)
@@ -80,7 +83,11 @@ def process_fixed(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
     # 1. existing windows: merge the batch's partial state in place
     old_idx = pos[found]
     old_cols = {c: a[old_idx] for c, a in table.cols.items()}
+    old_sk = {n: t.take(old_idx) for n, t in table.sketches.items()}
     if len(old_idx):
+        for n, t in table.sketches.items():
+            table.sketches[n] = step.aggs.sketch(n).merge_into(
+                t, old_idx, g.sketches[n].take(found))
         merged = step.aggs.merge(old_cols, {c: a[found] for c, a in g.part.items()})
         for c, a in merged.items():
             table.cols[c][old_idx] = a
@@ -92,7 +99,8 @@ def process_fixed(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
         nf = g.first[new]
         fresh = WindowTable(pairs.key[nf], pairs.start[nf], pairs.end[nf],
                             {c: a[new] for c, a in g.part.items()},
-                            np.zeros(int(new.sum()), dtype=_I64), g.n_late[new], g.max_late[new])
+                            np.zeros(int(new.sum()), dtype=_I64), g.n_late[new], g.max_late[new],
+                            {n: t.take(new) for n, t in g.sketches.items()})
         table = table.insert(pos[new], fresh)
         table_ids = np.insert(table_ids, pos[new], g.window_id[new])
     # 3. revision mode: one revision per touched window
@@ -101,7 +109,10 @@ def process_fixed(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
         prev = {c: np.zeros(len(rows), dtype=a.dtype) for c, a in table.cols.items()}
         for c in prev:
             prev[c][found] = old_cols[c]
-        emit_rows(out, table, rows, prev=prev, has_prev=found, w=step.watermark_ms)
+        prev_sk = {n: step.aggs.sketch(n).empty(len(rows)).replace(np.flatnonzero(found), t)
+                   for n, t in old_sk.items()}
+        emit_rows(out, table, rows, prev=prev, prev_sketches=prev_sk, has_prev=found,
+                  w=step.watermark_ms)
     return table, late, int(pairs.ts_ms.max())
 
 
@@ -109,7 +120,7 @@ def _accepted_pairs(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray
                     step: Step) -> tuple[LateBatch, _Pairs | None]:
     """Assign records to windows; split off the too-late pairs as late records."""
     n = len(batch)
-    ts, v = batch.ts_ms, batch.values
+    ts, v = batch.ts_ms, step.aggs.record_values(batch)
     assigned = assigner.assign(ts)
     rec, start, end = assigned.record, assigned.start_ms, assigned.end_ms
     one_per_record = len(rec) == n and bool((rec == np.arange(n)).all())  # pair i is record i
@@ -125,12 +136,15 @@ def _accepted_pairs(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray
         return late, None
     vrank = value_ranks(v)
     if one_per_record:
-        return late, _Pairs(ranks, ts, v, start, end, vrank)
-    return late, _Pairs(ranks[rec], ts[rec], v[rec], start, end, vrank[rec])
+        return late, _Pairs(rec, ranks, ts, v, start, end, vrank)
+    return late, _Pairs(rec, ranks[rec], ts[rec], v[rec], start, end, vrank[rec])
 
 
-def _reduce(pairs: _Pairs, ids: IntArray, step: Step) -> _Groups:
-    """Reduce the pairs per window id, in (window id, value) order: deterministic float sums."""
+def _reduce(batch: InputBatch, pairs: _Pairs, ids: IntArray, step: Step) -> _Groups:
+    """Reduce the pairs per window id, in (window id, value) order: deterministic float sums.
+
+    Sketches get the pairs' records too (their state does not depend on the order).
+    """
     span = int(pairs.value_rank.max()) + 1
     if int(ids.max()) < (2**62) // span:
         order = np.argsort(ids * span + pairs.value_rank)
@@ -139,6 +153,10 @@ def _reduce(pairs: _Pairs, ids: IntArray, step: Step) -> _Groups:
     sorted_ids = ids[order]
     seg = segment_starts(sorted_ids)
     part = step.aggs.reduce_values(pairs.value[order], seg)
+    sketches: Sketches = {}
+    if step.aggs.sketches:
+        group = np.repeat(np.arange(len(seg), dtype=_I64), np.diff(np.append(seg, len(order))))
+        sketches = step.aggs.build_sketches(batch, pairs.rec[order], group, len(seg))
     w = step.watermark_ms
     is_late = pairs.end[order] <= w
     if is_late.any():
@@ -147,7 +165,7 @@ def _reduce(pairs: _Pairs, ids: IntArray, step: Step) -> _Groups:
     else:
         n_late = np.zeros(len(seg), dtype=_I64)
         max_late = np.zeros(len(seg), dtype=_I64)
-    return _Groups(sorted_ids[seg], order[seg], part, n_late, max_late)
+    return _Groups(sorted_ids[seg], order[seg], part, n_late, max_late, sketches)
 
 
 def _pack_ids(k: IntArray, wi: IntArray, sk: IntArray, swi: IntArray,

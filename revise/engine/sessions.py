@@ -18,11 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from revise.engine.aggplan import Sketches
 from revise.engine.batch import InputBatch, IntArray, Step, late_records, value_ranks
 from revise.engine.emitter import Emitter, emit_changed
 from revise.engine.state import WindowTable, unique_sorted
 from revise.records import LateBatch
 from windows import State, merge_spans, segment_starts
+from windows.sketches import SlotTable
 
 __all__ = ["process_sessions"]
 
@@ -41,6 +43,7 @@ class _Merged:
         group: Per merge-ordered span: the index of the session it merged into.
         sessions: The merged sessions (``rev`` = the revision number their next emission has).
         prev: Per session, the merged aggregate state of its stored parts (its previous values).
+        prev_sketches: The same for the sketches.
         n_stored: Per session, how many stored sessions it absorbed.
         changed: Per session, True when it changes the bounds of a stored (emitted) session.
     """
@@ -51,6 +54,7 @@ class _Merged:
     group: IntArray
     sessions: WindowTable
     prev: State
+    prev_sketches: Sketches
     n_stored: IntArray
     changed: BoolArray
 
@@ -71,7 +75,8 @@ def process_sessions(gap_ms: int, batch: InputBatch, ranks: IntArray, table: Win
         The new table, the too-late records, and the max accepted event time (None: none).
     """
     w = step.watermark_ms
-    keys, ts, values = ranks, batch.ts_ms, batch.values
+    keys, ts, values = ranks, batch.ts_ms, step.aggs.record_values(batch)
+    recs = np.arange(len(batch), dtype=np.intp)
     vrank = value_ranks(values)  # ties between records sort by value
     span_end = ts + gap_ms
     too_late = (span_end + step.grace_ms <= w) | (ts <= step.sealed_ms)
@@ -81,12 +86,14 @@ def process_sessions(gap_ms: int, batch: InputBatch, ranks: IntArray, table: Win
                             span_end[too_late], step)
         keep = ~too_late
         keys, ts, values = keys[keep], ts[keep], values[keep]
-        span_end, vrank = span_end[keep], vrank[keep]
+        span_end, vrank, recs = span_end[keep], vrank[keep], recs[keep]
     if len(keys) == 0:
         return table, late, None
     touched = np.isin(table.key, unique_sorted(np.sort(keys)), assume_unique=False)
+    per_record = step.aggs.build_sketches(batch, recs, np.arange(len(recs), dtype=_I64),
+                                          len(recs))
     m = _merge(table.take(np.flatnonzero(touched)), keys, ts, span_end, values, vrank,
-               len(batch) + 1, step)
+               len(batch) + 1, step, per_record)
     if step.revision_mode:
         _emit(m, w, out)
     rest = WindowTable.concat(table.take(~touched), m.sessions)
@@ -95,8 +102,11 @@ def process_sessions(gap_ms: int, batch: InputBatch, ranks: IntArray, table: Win
 
 def _merge(old: WindowTable, keys: IntArray, ts: IntArray, span_end: IntArray,
            values: npt.NDArray[np.float64], vrank: IntArray, tie_span: int,
-           step: Step) -> _Merged:
-    """Merge the stored sessions ``old`` with the accepted records' spans."""
+           step: Step, per_record: Sketches) -> _Merged:
+    """Merge the stored sessions ``old`` with the accepted records' spans.
+
+    ``per_record`` holds one sketch group per accepted record; sketches regroup into sessions.
+    """
     w = step.watermark_ms
     n_old, n_rec = len(old), len(keys)
     all_key = np.concatenate((old.key, keys))
@@ -131,9 +141,24 @@ def _merge(old: WindowTable, keys: IntArray, ts: IntArray, span_end: IntArray,
     old_end = np.maximum.reduceat(np.where(is_stored, s_end, -big), seg)
     same = (n_stored == 1) & (old_start == start) & (old_end == end)
     rev = np.where(n_stored == 0, 0, np.where(same, max_rev, max_rev + 1)).astype(_I64)
-    sessions = WindowTable(s_key[seg], start, end, cols, rev, n_late, max_late)
-    return _Merged(old, order, is_stored, group, sessions, prev, n_stored,
+    sk, prev_sk = _regroup_sketches(old, per_record, order, group, len(seg), step)
+    sessions = WindowTable(s_key[seg], start, end, cols, rev, n_late, max_late, sk)
+    return _Merged(old, order, is_stored, group, sessions, prev, prev_sk, n_stored,
                    (n_stored >= 1) & ~same)
+
+
+def _regroup_sketches(old: WindowTable, per_record: Sketches, order: npt.NDArray[np.intp],
+                      group: IntArray, n_sessions: int, step: Step) -> tuple[Sketches, Sketches]:
+    """Sketches of the merged sessions, and of their stored parts only (previous values)."""
+    target = np.empty(len(order), dtype=_I64)
+    target[order] = group  # unsorted position (stored rows, then records) -> its session
+    sk: Sketches = {}
+    prev_sk: Sketches = {}
+    for n, t in per_record.items():
+        kernels = step.aggs.sketch(n)
+        sk[n] = kernels.regroup(SlotTable.concat((old.sketches[n], t)), target, n_sessions)
+        prev_sk[n] = kernels.regroup(old.sketches[n], target[:len(old)], n_sessions)
+    return sk, prev_sk
 
 
 def _emit(m: _Merged, w: int, out: Emitter) -> None:
@@ -144,13 +169,15 @@ def _emit(m: _Merged, w: int, out: Emitter) -> None:
     seg = segment_starts(m.group)
     hit = np.flatnonzero(np.add.reduceat((~m.is_stored).astype(_I64), seg) > 0)
     emit_changed(out, m.sessions.take(hit), prev={c: a[hit] for c, a in m.prev.items()},
+                 prev_sketches={n: t.take(hit) for n, t in m.prev_sketches.items()},
                  has_prev=m.n_stored[hit] >= 1, w=w)
     m.sessions.rev[hit] += 1
     retracted = np.flatnonzero(m.is_stored & m.changed[m.group])
     if len(retracted):
         r = m.old.take(m.order[retracted])
         # a retraction carries the timing of the revision that supersedes it
-        emit_changed(out, r, prev=r.cols, has_prev=np.ones(len(r), dtype=bool), w=w,
+        emit_changed(out, r, prev=r.cols, prev_sketches=r.sketches,
+                     has_prev=np.ones(len(r), dtype=bool), w=w,
                      retracted=True, timing_end=m.sessions.end[m.group[retracted]])
 
 

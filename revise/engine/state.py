@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,9 +20,17 @@ import pandas as pd
 import pyarrow as pa
 
 from revise.config import EngineConfig
+from revise.engine.aggplan import (
+    AggPlan,
+    Sketches,
+    concat_sketches,
+    insert_sketches,
+    take_sketches,
+)
 from revise.engine.batch import IntArray
 from revise.errors import StateSchemaMismatch
 from windows import AggregateSet, State, segment_starts
+from windows.sketches import EncodedSketch
 
 __all__ = [
     "NO_SEAL",
@@ -35,8 +43,13 @@ __all__ = [
     "unique_sorted",
 ]
 
-SNAPSHOT_FORMAT = 1
-"""Version of the snapshot layout; bumped on any incompatible change."""
+SNAPSHOT_FORMAT = 2
+"""Version of the snapshot layout; bumped on any incompatible change.
+
+2 added the sketch columns of ``FN(FIELD)`` aggregates; a format-1 snapshot (the legacy
+aggregates, same columns) is still read, under the same fingerprint check."""
+
+_READABLE_FORMATS = ("1", str(SNAPSHOT_FORMAT))
 
 NO_SEAL = -(2**62)
 """The seal before any close_all (hopping windows may start below 0)."""
@@ -97,6 +110,7 @@ class WindowTable:
         rev: Revisions emitted so far, which is the next revision number.
         n_late: Accepted records that arrived when the watermark was already >= end.
         max_late: Largest ``watermark - ts`` (ms) among those late records (0 if none).
+        sketches: Sketch states by name (one group per row; empty in the legacy form).
     """
 
     key: IntArray
@@ -106,21 +120,24 @@ class WindowTable:
     rev: IntArray  # revisions emitted so far = the next revision number
     n_late: IntArray
     max_late: IntArray
+    sketches: Sketches = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.key)
 
     @staticmethod
     def empty(aggs: AggregateSet) -> WindowTable:
-        """A table with no windows and ``aggs``' state columns."""
+        """A table with no windows and ``aggs``' state columns (and sketches of an AggPlan)."""
         z = np.empty(0, dtype=_I64)
-        return WindowTable(z, z.copy(), z.copy(), aggs.empty(0), z.copy(), z.copy(), z.copy())
+        sk = aggs.empty_sketches(0) if isinstance(aggs, AggPlan) else {}
+        return WindowTable(z, z.copy(), z.copy(), aggs.empty(0), z.copy(), z.copy(), z.copy(),
+                           sk)
 
     def take(self, idx: npt.NDArray[Any]) -> WindowTable:
         """The rows ``idx`` (positions or a mask), as a copy."""
         return WindowTable(self.key[idx], self.start[idx], self.end[idx],
                       {c: a[idx] for c, a in self.cols.items()}, self.rev[idx],
-                      self.n_late[idx], self.max_late[idx])
+                      self.n_late[idx], self.max_late[idx], take_sketches(self.sketches, idx))
 
     @staticmethod
     def concat(a: WindowTable, b: WindowTable) -> WindowTable:
@@ -129,7 +146,8 @@ class WindowTable:
                       np.concatenate((a.end, b.end)),
                       {c: np.concatenate((a.cols[c], b.cols[c])) for c in a.cols},
                       np.concatenate((a.rev, b.rev)), np.concatenate((a.n_late, b.n_late)),
-                      np.concatenate((a.max_late, b.max_late)))
+                      np.concatenate((a.max_late, b.max_late)),
+                      concat_sketches(a.sketches, b.sketches))
 
     def insert(self, pos: npt.NDArray[np.intp], new: WindowTable) -> WindowTable:
         """A copy with ``new``'s rows inserted before positions ``pos`` (as ``np.insert``)."""
@@ -137,7 +155,8 @@ class WindowTable:
                       np.insert(self.end, pos, new.end),
                       {c: np.insert(a, pos, new.cols[c]) for c, a in self.cols.items()},
                       np.insert(self.rev, pos, new.rev), np.insert(self.n_late, pos, new.n_late),
-                      np.insert(self.max_late, pos, new.max_late))
+                      np.insert(self.max_late, pos, new.max_late),
+                      insert_sketches(self.sketches, pos, new.sketches))
 
 
 
@@ -185,7 +204,10 @@ def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) 
     and one column per aggregate state column (``count`` int64, ``sum``/``min``/``max``
     float64, …); schema metadata ``revise.format`` (:data:`SNAPSHOT_FORMAT`),
     ``revise.fingerprint``, ``revise.config`` (JSON, ``config``), ``revise.watermark_ms``,
-    ``revise.max_ts_ms`` and ``revise.sealed_ms``.
+    ``revise.max_ts_ms`` and ``revise.sealed_ms``. Each sketch ``NAME`` (``q:FIELD``,
+    ``d:FIELD``) adds ``sk_NAME_slots`` (large_list<int64>) and ``sk_NAME_values``
+    (large_list<int64>, uint8 for distinct), one list per window, and its version tag in
+    ``revise.sketch.NAME``.
     """
     st = snap.table
     live = unique_sorted(st.key)
@@ -200,7 +222,16 @@ def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) 
     for c in aggs.columns:
         arrays.append(pa.array(st.cols[c.name]))
         names.append(f"col_{c.name}")
-    meta = {
+    meta: dict[str, str] = {}
+    if isinstance(aggs, AggPlan):
+        for name, t in st.sketches.items():
+            enc = aggs.sketch(name).encode(t)
+            offsets = pa.array(enc.offsets, type=pa.int64())
+            arrays.append(pa.LargeListArray.from_arrays(offsets, pa.array(enc.slots)))
+            arrays.append(pa.LargeListArray.from_arrays(offsets, pa.array(enc.values)))
+            names += [f"sk_{name}_slots", f"sk_{name}_values"]
+            meta[f"revise.sketch.{name}"] = enc.tag
+    meta |= {
         "revise.format": str(SNAPSHOT_FORMAT),
         "revise.fingerprint": _fingerprint(config),
         "revise.config": json.dumps(config, sort_keys=True),
@@ -230,9 +261,10 @@ def decode_snapshot(snapshot: bytes, config: dict[str, Any], aggs: AggregateSet)
         raise StateSchemaMismatch(msg) from e
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     fmt = meta.get("revise.format")
-    if fmt != str(SNAPSHOT_FORMAT):
+    if fmt not in _READABLE_FORMATS:
         msg = (
-            f"engine snapshot has format {fmt!r}, this engine reads {SNAPSHOT_FORMAT}; "
+            f"engine snapshot has format {fmt!r}, this engine reads "
+            f"{' and '.join(_READABLE_FORMATS)}; "
             "restart with a new checkpoint (or the revise version that wrote it)"
         )
         raise StateSchemaMismatch(msg)
@@ -258,6 +290,31 @@ def decode_snapshot(snapshot: bytes, config: dict[str, Any], aggs: AggregateSet)
     def i64(name: str) -> IntArray:
         return np.array(table.column(name).to_numpy(), dtype=_I64)
 
+    sketches = _decode_sketches(table, meta, aggs) if isinstance(aggs, AggPlan) else {}
     snap.table = WindowTable(np.asarray(key_col.indices.to_numpy(), dtype=_I64), i64("start"),
-                             i64("end"), cols, i64("rev"), i64("n_late"), i64("max_late"))
+                             i64("end"), cols, i64("rev"), i64("n_late"), i64("max_late"),
+                             sketches)
     return snap
+
+
+def _decode_sketches(table: pa.Table, meta: dict[str, str], aggs: AggPlan) -> Sketches:
+    """The sketch columns of a snapshot, checked by their kernels.
+
+    Raises:
+        StateSchemaMismatch: A sketch column is missing, has another tag, or is corrupt.
+    """
+    out: Sketches = {}
+    for name in aggs.sketches:
+        try:
+            slots = table.column(f"sk_{name}_slots").chunk(0)
+            values = table.column(f"sk_{name}_values").chunk(0)
+            offsets = slots.offsets.to_numpy()
+            lo, hi = int(offsets[0]), int(offsets[-1])
+            enc = EncodedSketch(meta.get(f"revise.sketch.{name}", "?"), offsets - lo,
+                                slots.values.to_numpy()[lo:hi], values.values.to_numpy()[lo:hi])
+            out[name] = aggs.sketch(name).decode(enc)
+        except (KeyError, ValueError) as e:
+            msg = (f"engine snapshot's sketch {name!r} cannot be read ({e}); restart with a new "
+                   "checkpoint (or the revise version that wrote it)")
+            raise StateSchemaMismatch(msg) from e
+    return out

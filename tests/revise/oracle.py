@@ -137,3 +137,36 @@ def _sessions(config: EngineConfig, batches: list[list[Rec]], wms: list[int],
 def _merge(a: WindowTruth, b: WindowTruth) -> WindowTruth:
     return WindowTruth(a.values + b.values, a.n_late + b.n_late,
                        max(a.max_lateness, b.max_lateness))
+
+
+# -- FN(FIELD) aggregates (issue 13): plain definitions the sketches must reproduce ----------
+
+
+def field_b(value: float) -> float:
+    """The second numeric field of a test record (``b.c``), derived from its value."""
+    return abs(value) * 3.0 + 0.5
+
+
+def field_u(value: float) -> str:
+    """The distinct field of a test record (``u``): few distinct texts, some non-ASCII."""
+    return ["x", "y", "z", "é", "x y"][int(value * 4) % 5]
+
+
+def percentile(values: list[float], percent: int) -> float:
+    """The ``percent``-th percentile as the sketch defines it, on its bucket representative.
+
+    Rank ``r = max(1, ceil(percent * n / 100))`` in integers; the ``r``-th smallest value is
+    reported as the representative of its bucket (within 1 % of the value).
+    """
+    from windows.sketches import QuantileSketch
+
+    n = len(values)
+    r = max(1, -(-percent * n // 100))
+    x = sorted(values)[r - 1]
+    sk = QuantileSketch()
+    return float(sk.representative(sk.slots_of([x]))[0])
+
+
+def distinct(texts: list[str]) -> int:
+    """The exact number of distinct texts (the sketch is exact below 16,384)."""
+    return len(set(texts))

@@ -1,0 +1,186 @@
+"""The aggregates of an :class:`~revise.aggspec.AggList` as engine state: columns and sketches.
+
+:class:`AggPlan` is an :class:`~windows.AggregateSet` (the engine reduces, merges and stores
+its state columns exactly as before) plus one sketch state per sketch:
+
+- Legacy bare form (``count,sum,min,max,mean`` on ``--value-field``): exactly today's
+  AggregateSet over the 1-D ``InputBatch.values``; state columns ``count``, ``sum``, …; no
+  sketches. Output and snapshot columns are unchanged.
+- ``FN(FIELD)`` form: the record values are a float64 matrix, one column per numeric field
+  (:attr:`AggPlan.numeric_fields`); the state columns of field ``f`` are named ``f:sum``,
+  ``f:min``, ``f:max`` (``count`` is shared: every accepted record has every field). Each
+  ``pNN(f)`` reads one quantile sketch ``q:f`` shared by all percentiles of ``f``; each
+  ``distinct(f)`` one distinct sketch ``d:f`` over 63-bit hashes of the field's canonical text.
+
+Sketch states are :class:`~windows.SlotTable` s, one group per window row, merged exactly
+(integer counts / register maxima), so a FINAL is the one-pass sketch of the window's records.
+
+Trace (``count,sum(a),p50(a),distinct(u)``): state columns ``count, a:sum``; sketches
+``q:a`` and ``d:u``; records ``a=[1, 3] u=["x", "x"]`` in one window → ``count=2 sum_a=4.0
+p50_a≈1.0 distinct_u=1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from revise.aggspec import AggList, AggSpec
+from windows import COUNT, AggregateSet, StateColumn, get_aggregate
+from windows.sketches import DistinctSketch, QuantileSketch, SlotTable
+
+if TYPE_CHECKING:
+    from revise.engine.batch import InputBatch
+
+__all__ = ["AggPlan", "Sketch", "Sketches", "concat_sketches", "insert_sketches", "take_sketches"]
+
+Sketch = QuantileSketch | DistinctSketch
+Sketches = dict[str, SlotTable]
+"""Sketch states by sketch name (``q:FIELD`` / ``d:FIELD``), one group per window row."""
+
+_QUANTILE = QuantileSketch()
+_DISTINCT = DistinctSketch()
+
+
+@dataclass(frozen=True, slots=True)
+class _SketchUse:
+    """One sketch of the plan: its kernels and the input column it reads (numeric or hash)."""
+
+    sketch: Sketch
+    column: int
+
+
+def _picker(j: int, base: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.generic]]
+            ) -> Callable[[npt.NDArray[np.float64]], npt.NDArray[np.generic]]:
+    """Contribution of column ``j`` of the record-value matrix through ``base``."""
+    return lambda v: base(v[:, j])
+
+
+class AggPlan(AggregateSet):
+    """State columns (an AggregateSet) and sketches of one AggList; see the module docstring."""
+
+    __slots__ = ("agg_list", "distinct_fields", "numeric_fields", "sketches")
+
+    def __init__(self, agg_list: AggList) -> None:
+        self.agg_list = agg_list
+        self.numeric_fields: tuple[str, ...] = agg_list.numeric_fields
+        self.distinct_fields: tuple[str, ...] = agg_list.distinct_fields
+        self.sketches: dict[str, _SketchUse] = {}
+        if agg_list.legacy:
+            AggregateSet.__init__(self, agg_list.columns)
+            return
+        self.aggregates = (get_aggregate("count"),)
+        cols: dict[str, StateColumn] = {"count": COUNT}
+        for s in agg_list.specs:
+            if s.kind == "distinct":
+                self.sketches[f"d:{s.field}"] = _SketchUse(
+                    _DISTINCT, self.distinct_fields.index(str(s.field)))
+            elif s.percentile is not None:
+                self.sketches[f"q:{s.field}"] = _SketchUse(
+                    _QUANTILE, self.numeric_fields.index(str(s.field)))
+            elif s.kind == "numeric":
+                j = self.numeric_fields.index(str(s.field))
+                for c in get_aggregate(s.fn).columns:
+                    name = c.name if c.name == "count" else f"{s.field}:{c.name}"
+                    cols.setdefault(name, StateColumn(name, c.dtype, c.ufunc, c.identity,
+                                                      _picker(j, c.contribution)))
+        self.columns = tuple(cols.values())
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """Version tags stored with state: aggregates (``sum(a):1``) and sketches."""
+        if self.agg_list.legacy:
+            return AggregateSet.tags.fget(self)  # type: ignore[attr-defined,no-any-return]
+        out = []
+        for s in self.agg_list.specs:  # every column, as the legacy tags name every aggregate
+            if s.kind == "count":
+                out.append("count:1")
+            elif s.kind == "numeric" and s.percentile is None:
+                out.append(f"{s.fn}({s.field}):{get_aggregate(s.fn).version}")
+            else:
+                out.append(f"{s.fn}({s.field})")  # the sketch's own tag carries its version
+        return (*out, *(f"{n}={u.sketch.tag}" for n, u in self.sketches.items()))
+
+    def record_values(self, batch: InputBatch) -> npt.NDArray[np.float64]:
+        """What the state columns reduce: ``values`` (legacy) or the numeric-field matrix.
+
+        Raises:
+            InvalidInput: When the batch lacks a numeric or distinct field of the plan.
+        """
+        if self.agg_list.legacy:
+            return batch.values
+        from revise.engine.batch import InvalidInput  # batch imports this module's types
+
+        missing = [f for f in self.numeric_fields if f not in batch.numeric] + \
+            [f for f in self.distinct_fields if f not in batch.distinct]
+        if missing:
+            msg = (f"the batch has no column for field {missing[0]!r} that --aggs "
+                   f"{self.agg_list} aggregates; pass numeric={{...}} / distinct={{...}} to "
+                   "InputBatch.from_arrays")
+            raise InvalidInput(msg)
+        n = len(batch)
+        cols = [batch.numeric[f] for f in self.numeric_fields]
+        # records are ranked by this matrix (value_ranks): sketches do not depend on order
+        return np.column_stack(cols) if cols else np.empty((n, 0))
+
+    def empty_sketches(self, n: int) -> Sketches:
+        """Sketch states of ``n`` empty windows."""
+        return {name: u.sketch.empty(n) for name, u in self.sketches.items()}
+
+    def build_sketches(self, batch: InputBatch, rec: npt.NDArray[np.intp],
+                       groups: npt.NDArray[np.int64], n: int) -> Sketches:
+        """Sketches of ``n`` groups holding record ``rec[i]`` of ``batch`` in ``groups[i]``."""
+        out: Sketches = {}
+        for name, u in self.sketches.items():
+            if isinstance(u.sketch, QuantileSketch):
+                vals = batch.numeric[self.numeric_fields[u.column]][rec]
+                out[name] = u.sketch.from_values(vals, groups, n)
+            else:
+                hashes = batch.distinct[self.distinct_fields[u.column]][rec]
+                out[name] = u.sketch.from_hashes(hashes, groups, n)
+        return out
+
+    def sketch(self, name: str) -> Sketch:
+        """The kernels of sketch ``name``."""
+        return self.sketches[name].sketch
+
+    def column_results(self, state: Mapping[str, npt.NDArray[np.generic]],
+                       sketches: Sketches) -> dict[str, npt.NDArray[Any]]:
+        """Output column values per window: ``count`` int64, ``FN_FIELD`` float64/int64."""
+        out: dict[str, npt.NDArray[Any]] = {}
+        for s in self.agg_list.specs:
+            out[s.column] = self._result(s, state, sketches)
+        return out
+
+    def _result(self, s: AggSpec, state: Mapping[str, npt.NDArray[np.generic]],
+                sketches: Sketches) -> npt.NDArray[Any]:
+        if s.kind == "count":
+            return np.asarray(state["count"], dtype=np.int64)
+        if s.kind == "distinct":
+            return _DISTINCT.result(sketches[f"d:{s.field}"])
+        if s.percentile is not None:
+            return _QUANTILE.quantile(sketches[f"q:{s.field}"], s.percentile)
+        agg = get_aggregate(s.fn)
+        view = {c.name: state[c.name if c.name == "count" else f"{s.field}:{c.name}"]
+                for c in agg.columns}
+        return np.asarray(agg.result(view), dtype=np.float64)
+
+
+def take_sketches(sk: Sketches, idx: npt.NDArray[Any]) -> Sketches:
+    """The groups ``idx`` (positions or a mask) of every sketch."""
+    return {n: t.take(idx) for n, t in sk.items()}
+
+
+def concat_sketches(a: Sketches, b: Sketches) -> Sketches:
+    """The groups of ``a`` then those of ``b``, per sketch."""
+    return {n: SlotTable.concat((t, b[n])) for n, t in a.items()}
+
+
+def insert_sketches(sk: Sketches, pos: npt.NDArray[np.intp], new: Sketches) -> Sketches:
+    """``new``'s groups inserted before positions ``pos`` (as ``np.insert``), per sketch."""
+    return {n: t.insert(pos, new[n]) for n, t in sk.items()}
+
