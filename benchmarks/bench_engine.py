@@ -26,7 +26,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 
@@ -34,6 +33,7 @@ import numpy as np  # noqa: E402
 import numpy.typing as npt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from benchmarks.timing import best_of  # noqa: E402
 from revise.aggspec import AggList  # noqa: E402
 from revise.config import EngineConfig, WindowSpec  # noqa: E402
 from revise.engine import BatchOutput, Engine, InputBatch  # noqa: E402
@@ -93,15 +93,6 @@ def make_workload(events: int, keys: int, batch: int, seed: int = 7) -> Workload
     return Workload(k, ts, vals, batches)
 
 
-def _best(fn: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def _floor(window: WindowSpec, wl: Workload) -> Callable[[], object]:
     """One-shot pandas groupby of count/sum/min/max/mean per (key, window), all records."""
     aggs = ["count", "sum", "min", "max", "mean"]
@@ -142,7 +133,7 @@ def _measure(window: str, mode: str, wl: Workload, repeat: int, floor_s: float,
         outputs.clear()
         outputs.extend(run_batches(cfg, wl.batches, now_ms=0))
 
-    secs = _best(go, repeat)
+    secs = best_of(go, repeat)
     revs = sum(len(o.revisions) for o in outputs)
     late = sum(len(o.late) for o in outputs)
     # state after half the batches
@@ -151,8 +142,8 @@ def _measure(window: str, mode: str, wl: Workload, repeat: int, floor_s: float,
     run_batches(cfg, wl.batches[: len(wl.batches) // 2], close_at_end=False, engine=engine,
                 tracker=tracker)
     blob = engine.snapshot()
-    snap_s = _best(engine.snapshot, repeat)
-    restore_s = _best(lambda: Engine.build(cfg, blob), repeat)
+    snap_s = best_of(engine.snapshot, repeat)
+    restore_s = best_of(lambda: Engine.build(cfg, blob), repeat)
     n = len(wl.ts_ms)
     return Result(window, mode, n / secs, secs, revs, late, n / floor_s, len(blob),
                   engine.open_windows, snap_s * 1e3, restore_s * 1e3)
@@ -176,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     wl = make_workload(args.events, args.keys, args.batch)
     results: list[Result] = []
     for window in args.windows.split(","):
-        floor_s = _best(_floor(WindowSpec.parse(window), wl), args.repeat)
+        floor_s = best_of(_floor(WindowSpec.parse(window), wl), args.repeat)
         for mode in ("revision", "watermark"):
             results.append(_measure(window, mode, wl, args.repeat, floor_s, aggs))
     print(f"{args.events:,} events, {args.keys:,} keys, batches of {args.batch:,}, grace 5s, "

@@ -1,6 +1,6 @@
 """Micro-benchmark: sketch kernels vs the existing count/sum kernels, side by side in one run.
 
-Run: ``python benchmarks/bench_sketches.py [--values 2000000] [--groups 10000] [--batches 10]``.
+Run: ``python -m benchmarks.bench_sketches [--values 2000000] [--groups 10000] [--batches 10]``.
 Prints updates/s (values folded into per-window state per second, one core, best of 3) for:
 count+sum (AggregateSet, the engine's argsort + reduceat path), p99 and distinct, in one pass and
 in ``--batches`` micro-batches merged into the running state, plus state sizes.
@@ -9,23 +9,12 @@ in ``--batches`` micro-batches merged into the running state, plus state sizes.
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 
 import numpy as np
 
+from benchmarks.timing import best_of
 from windows import AggregateSet, segment_starts
 from windows.sketches import DistinctSketch, QuantileSketch, hash_numbers, hash_strings
-
-
-def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
-    """Best wall time of ``repeat`` calls, in seconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main() -> None:

@@ -36,8 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from windows.quantiles import EncodedSketch
-from windows.slots import SlotTable, build, merge, regroup
+from windows.slots import EncodedSketch, SlotTable, build, merge, regroup
 
 __all__ = [
     "DistinctSketch",
@@ -296,7 +295,7 @@ class DistinctSketch:
 
     def encode(self, state: SlotTable) -> EncodedSketch:
         """Flat arrays plus tag (the arrays are the state's own, not copies)."""
-        return EncodedSketch(self.tag, state.offsets, state.slots, state.values)
+        return EncodedSketch.of(self.tag, state)
 
     def decode(self, enc: EncodedSketch) -> SlotTable:
         """The state of :meth:`encode`'s output, checked.
@@ -304,14 +303,7 @@ class DistinctSketch:
         Raises:
             ValueError: If the tag is not this sketch's or the arrays are not a canonical state.
         """
-        if enc.tag != self.tag:
-            msg = (f"stored distinct state has tag {enc.tag!r}, this sketch is {self.tag!r}; "
-                   "restart from a new checkpoint (or the version that wrote it)")
-            raise ValueError(msg)
-        t = SlotTable(np.asarray(enc.offsets, dtype=np.int64),
-                      np.asarray(enc.slots, dtype=np.int64),
-                      np.asarray(enc.values, dtype=np.uint8))
-        t.check()
+        t = enc.table(self.tag, "distinct", np.uint8)
         if self._normalize(t) is not t or np.any(t.slots < -(2**self.precision)) \
                 or np.any(t.values > 64 - self.precision):
             msg = ("stored distinct state mixes modes or has registers out of range; the "

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from windows.slots import SlotTable, build, merge, regroup
+from windows.slots import EncodedSketch, SlotTable, build, merge, regroup
 
 __all__ = ["OFFSET", "EncodedSketch", "QuantileSketch", "percentile_rank"]
 
@@ -52,23 +52,6 @@ OFFSET = 2**17
 
 _A, _B, _C = 6.0 / 35.0, -3.0 / 5.0, 10.0 / 7.0
 _MAX = np.finfo(np.float64).max
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedSketch:
-    """A sketch state as flat arrays plus a tag, for the engine's Arrow IPC snapshot.
-
-    Attributes:
-        tag: Sketch kind, version and parameters (``quantile:1:c35``); decoding checks it.
-        offsets: int64, one more than the number of groups.
-        slots: int64.
-        values: int64 counts (quantile) or uint8 ranks (distinct).
-    """
-
-    tag: str
-    offsets: npt.NDArray[np.int64]
-    slots: npt.NDArray[np.int64]
-    values: npt.NDArray[np.integer]
 
 
 def percentile_rank(percent: int, n: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -211,7 +194,7 @@ class QuantileSketch:
 
     def encode(self, state: SlotTable) -> EncodedSketch:
         """Flat arrays plus tag (the arrays are the state's own, not copies)."""
-        return EncodedSketch(self.tag, state.offsets, state.slots, state.values)
+        return EncodedSketch.of(self.tag, state)
 
     def decode(self, enc: EncodedSketch) -> SlotTable:
         """The state of :meth:`encode`'s output, checked.
@@ -219,14 +202,7 @@ class QuantileSketch:
         Raises:
             ValueError: If the tag is not this sketch's or the arrays are not a canonical state.
         """
-        if enc.tag != self.tag:
-            msg = (f"stored percentile state has tag {enc.tag!r}, this sketch is {self.tag!r}; "
-                   "restart from a new checkpoint (or the version that wrote it)")
-            raise ValueError(msg)
-        t = SlotTable(np.asarray(enc.offsets, dtype=np.int64),
-                      np.asarray(enc.slots, dtype=np.int64),
-                      np.asarray(enc.values, dtype=np.int64))
-        t.check()
+        t = enc.table(self.tag, "percentile", np.int64)
         if np.any(t.values < 0):
             msg = "stored percentile state has a negative count; the stored state is corrupt"
             raise ValueError(msg)

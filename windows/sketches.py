@@ -22,8 +22,8 @@ from windows.distinct import (
     hash_values,
     mix64,
 )
-from windows.quantiles import EncodedSketch, QuantileSketch, percentile_rank
-from windows.slots import SlotTable, build, merge, regroup
+from windows.quantiles import QuantileSketch, percentile_rank
+from windows.slots import EncodedSketch, SlotTable, build, merge, regroup
 
 __all__ = [
     "DistinctSketch",

@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["SlotTable", "build", "merge", "regroup"]
+__all__ = ["EncodedSketch", "SlotTable", "build", "merge", "regroup"]
 
 IntArray = npt.NDArray[np.int64]
 _Kind = Literal["quicksort", "stable"]
@@ -125,6 +125,45 @@ class SlotTable:
         if problem is not None:
             msg = f"slot table is not canonical: {problem}; the stored state is corrupt"
             raise ValueError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedSketch:
+    """A sketch state as flat arrays plus a tag, for the engine's Arrow IPC snapshot.
+
+    Attributes:
+        tag: Sketch kind, version and parameters (``quantile:1:c35``); decoding checks it.
+        offsets: int64, one more than the number of groups.
+        slots: int64.
+        values: int64 counts (quantile) or uint8 ranks (distinct).
+    """
+
+    tag: str
+    offsets: npt.NDArray[np.int64]
+    slots: npt.NDArray[np.int64]
+    values: npt.NDArray[np.integer]
+
+    @staticmethod
+    def of(tag: str, state: SlotTable) -> EncodedSketch:
+        """``state``'s own arrays (not copies) under ``tag``."""
+        return EncodedSketch(tag, state.offsets, state.slots, state.values)
+
+    def table(self, tag: str, what: str, value_dtype: type[np.integer]) -> SlotTable:
+        """The checked state of these arrays, which must carry ``tag``.
+
+        Raises:
+            ValueError: If the tag differs (another sketch kind, version or parameters) or
+                the arrays are not a well-formed slot table.
+        """
+        if self.tag != tag:
+            msg = (f"stored {what} state has tag {self.tag!r}, this sketch is {tag!r}; "
+                   "restart from a new checkpoint (or the version that wrote it)")
+            raise ValueError(msg)
+        t = SlotTable(np.asarray(self.offsets, dtype=np.int64),
+                      np.asarray(self.slots, dtype=np.int64),
+                      np.asarray(self.values, dtype=value_dtype))
+        t.check()
+        return t
 
 
 def _index(idx: npt.ArrayLike) -> npt.NDArray[np.intp] | npt.NDArray[np.bool_]:
