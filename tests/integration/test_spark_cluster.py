@@ -366,5 +366,9 @@ def test_sigkill_of_an_executor_mid_run_keeps_exactly_once(
     # The Master replaced the dead executor: this app got a third executor folder.
     new = _executor_dirs(cluster) - dirs_before
     assert len(new) >= 3, sorted(map(str, new))
+    # A new checkpoint runs as many state-store tasks as shards, not the session's 64.
+    meta = json.loads((Path(setup.checkpoint) / "spark" / "offsets" / "0").read_text()
+                      .splitlines()[1])
+    assert meta["conf"]["spark.sql.shuffle.partitions"] == str(setup.shards), meta["conf"]
     report = check_run(setup)  # read_committed changelog = Delta, nothing lost or duplicated
     assert report.revisions > 0 and report.windows > 0, report
