@@ -212,7 +212,7 @@ def test_executors_import_revise_shipped_by_the_driver(
     assert re.fullmatch(r"revise-[0-9a-f]{16}\.zip", shipped)
     rows = pd.DataFrame(got["rows"])
     assert set(rows["executable"]) == {isolated_python}
-    assert all(f.endswith(f"{shipped}/revise/engine.py") for f in rows["revise_file"])
+    assert all(f.endswith(f"{shipped}/revise/engine/__init__.py") for f in rows["revise_file"])
     assert all(f.endswith(f"{shipped}/windows/__init__.py") for f in rows["windows_file"])
     # Both executors fetched the zip into their working folder.
     for w in cluster.workers:
