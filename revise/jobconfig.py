@@ -41,6 +41,9 @@ class JobConfig:
         max_records_per_batch: Cap on input records per micro-batch (``maxOffsetsPerTrigger``).
         once: Process what is in the topic at start, close every window, stop.
         shards: Number of key shards (fixed for the life of a checkpoint).
+        shuffle_partitions: ``spark.sql.shuffle.partitions`` of a new checkpoint (the stateful
+            operator's task count per micro-batch); None: the shard count, at most the
+            session's own setting. Spark keeps a checkpoint's first value on restarts.
         key_field, ts_field, value_field: JSON field names of the input.
         transactional: Exactly-once changelog (True) or a plain at-least-once producer.
         progress_topic: Compacted topic of the changelog's progress markers.
@@ -59,6 +62,7 @@ class JobConfig:
     max_records_per_batch: int | None = None
     once: bool = False
     shards: int = DEFAULT_SHARDS
+    shuffle_partitions: int | None = None
     key_field: str = "key"
     ts_field: str = "ts"
     value_field: str = "value"
@@ -81,6 +85,9 @@ class JobConfig:
             raise ConfigError(msg)
         if self.shards < 1:
             msg = f"--shards must be >= 1, got {self.shards}"
+            raise ConfigError(msg)
+        if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
+            msg = f"--shuffle-partitions must be >= 1, got {self.shuffle_partitions}"
             raise ConfigError(msg)
         if self.max_records_per_batch is not None and self.max_records_per_batch < 1:
             msg = f"--max-records-per-batch must be >= 1, got {self.max_records_per_batch}"

@@ -47,6 +47,9 @@ def add_parser(sub: Any) -> None:
                    help="process the input available at start, close every window, stop")
     p.add_argument("--shards", type=int, default=DEFAULT_SHARDS,
                    help="key shards (fixed per checkpoint)")
+    p.add_argument("--shuffle-partitions", type=int,
+                   help="stateful tasks per micro-batch of a new checkpoint (default: --shards, "
+                        "at most the session's spark.sql.shuffle.partitions)")
     p.add_argument("--key-field", default="key", help="JSON field of the key")
     p.add_argument("--ts-field", default="ts", help="JSON field of the event time (epoch ms)")
     p.add_argument("--value-field", default="value", help="JSON field of the value")
@@ -74,6 +77,7 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         max_records_per_batch=maybe_int(args.max_records_per_batch, "--max-records-per-batch"),
         once=bool(args.once),
         shards=maybe_int(args.shards, "--shards") or DEFAULT_SHARDS,
+        shuffle_partitions=maybe_int(args.shuffle_partitions, "--shuffle-partitions"),
         key_field=args.key_field,
         ts_field=args.ts_field,
         value_field=args.value_field,

@@ -33,7 +33,7 @@ from revise.errors import ConfigError
 from revise.jobconfig import JobConfig
 from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
 from revise.spark.failures import JobError, commit_failure, failure_message
-from revise.spark.session import spark_session
+from revise.spark.session import spark_session, sql_setting
 from revise.spark.stream import build_stream, write_close_all
 from sinks.delta_tables import DeltaTables
 from sinks.kafka import (
@@ -90,6 +90,23 @@ def preflight(cfg: JobConfig) -> None:
     _check_checkpoint(cfg)
 
 
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def shuffle_partitions(spark: SparkSession, cfg: JobConfig) -> int:
+    """The stateful operator's partition count for a new checkpoint of ``cfg``.
+
+    The operator groups by shard, so partitions beyond ``cfg.shards`` would only run empty
+    state-store tasks every micro-batch: by default the shard count, capped by the session's
+    own setting (2 × cores on ``local[*]``); ``cfg.shuffle_partitions`` when given. Spark
+    records the value in the checkpoint's offset log and reuses it on every restart.
+    """
+    if cfg.shuffle_partitions is not None:
+        return cfg.shuffle_partitions
+    session = int(spark.conf.get(SHUFFLE_PARTITIONS, "200") or "200")
+    return max(1, min(cfg.shards, session))
+
+
 # Longer than ~60 lines: a long docstring, then the wiring of the query in one sequence.
 def run_job(
     cfg: JobConfig,
@@ -137,14 +154,15 @@ def run_job(
     )).open()
     committer = BatchCommitter(cfg, changelog, tables, result,
                                crash_hook or crash_hook_from_env())
-    query = (
-        build_stream(spark, cfg, control_dir).writeStream.outputMode("update")
-        .queryName(f"revise_{cfg.query_id}".replace("-", "_").replace(".", "_"))
-        .option("checkpointLocation", str(Path(cfg.checkpoint) / "spark"))
-        .trigger(processingTime=f"{cfg.effective_trigger_ms} milliseconds")
-        .foreachBatch(committer)
-        .start()
-    )
+    with sql_setting(spark, SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, cfg))):
+        query = (
+            build_stream(spark, cfg, control_dir).writeStream.outputMode("update")
+            .queryName(f"revise_{cfg.query_id}".replace("-", "_").replace(".", "_"))
+            .option("checkpointLocation", str(Path(cfg.checkpoint) / "spark"))
+            .trigger(processingTime=f"{cfg.effective_trigger_ms} milliseconds")
+            .foreachBatch(committer)
+            .start()
+        )
     driver = JobDriver(query, cfg, committer, ends=ends, control_dir=control_dir,
                        stop_event=stop_event, on_progress=on_progress, timeout_s=timeout_s,
                        started=t_start)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from revise.infra.jars import classpath
@@ -21,7 +23,7 @@ from revise.infra.pyfiles import ship_to_executors
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ROCKSDB_PROVIDER", "spark_session"]
+__all__ = ["ROCKSDB_PROVIDER", "spark_session", "sql_setting"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -42,7 +44,9 @@ def spark_session(
         master: Spark master URL; ``$REVISE_SPARK_MASTER`` or ``local[*]`` when None. Ignored
             when the session already exists (e.g. under ``spark-submit``).
         ui: Spark UI on/off; off when ``$CI`` or under pytest, on otherwise.
-        shuffle_partitions: ``spark.sql.shuffle.partitions``; 2 × cores on local masters.
+        shuffle_partitions: ``spark.sql.shuffle.partitions``; 2 × cores on local masters, 64
+            elsewhere. The job itself uses at most its shard count (``revise run
+            --shuffle-partitions``), and a checkpoint keeps the value it was created with.
         extra_conf: any further Spark settings, applied last.
     """
     # Python workers must run this interpreter (with pyarrow, numpy and revise), not whatever
@@ -120,3 +124,21 @@ def _quiet_loggers(spark: SparkSession, levels: dict[str, str]) -> None:
             configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.valueOf(level))
     except Exception:  # noqa: BLE001 - a different logging backend: keep Spark's levels
         return
+
+
+@contextmanager
+def sql_setting(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """Set one SQL setting of ``spark`` inside the block, then put the previous value back.
+
+    A streaming query copies its session's settings when it starts, so a setting given only
+    while ``writeStream…start()`` runs applies to that query and leaves the session as it was.
+    """
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)

@@ -8,15 +8,21 @@
   as the same function run here, and says it loaded them from the zip the driver shipped.
 - The real job (``revise run --master spark://… --once``, its own process) on a 2-worker
   cluster and on ``local`` give identical revisions for the same input and micro-batches.
+- SIGKILL of one Worker's executor JVM mid-run: Spark reruns its tasks on a new executor and
+  exactly-once holds.
 
-Every cluster is stopped in a fixture teardown or ``finally``; Workers offer 1 core and 1 GB.
+The cluster tests share one module-scoped cluster (started once, stopped in its teardown);
+Workers offer 1 core and 1 GB. The job runs with as many shuffle partitions as shards (2), so a
+micro-batch is 2 state-store tasks, not the 64 of a non-local session's default.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -206,7 +212,7 @@ def test_executors_import_revise_shipped_by_the_driver(
     assert re.fullmatch(r"revise-[0-9a-f]{16}\.zip", shipped)
     rows = pd.DataFrame(got["rows"])
     assert set(rows["executable"]) == {isolated_python}
-    assert all(f.endswith(f"{shipped}/revise/engine.py") for f in rows["revise_file"])
+    assert all(f.endswith(f"{shipped}/revise/engine/__init__.py") for f in rows["revise_file"])
     assert all(f.endswith(f"{shipped}/windows/__init__.py") for f in rows["windows_file"])
     # Both executors fetched the zip into their working folder.
     for w in cluster.workers:
@@ -222,8 +228,6 @@ def test_executors_import_revise_shipped_by_the_driver(
 
 
 def _env() -> dict[str, str]:
-    import os
-
     return {**os.environ, **DRIVER_ENV}
 
 
@@ -303,3 +307,68 @@ def test_job_gives_the_same_revisions_on_the_cluster_and_locally(
         got_l = _normalized(read_delta(local.delta_path, table), last_l)
         assert len(got_c) > 0 and got_c == got_l, f"{table} differ ({len(got_c)} vs {len(got_l)})"
     print(f"cluster run {cluster_s:.0f}s")
+
+
+# --------------------------------------------------------------------------- executor failure
+
+
+def _executors(worker_pid: int) -> list[int]:
+    """Pids of the executor JVMs (``CoarseGrainedExecutorBackend``) a Worker has launched."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == worker_pid and b"CoarseGrainedExecutorBackend" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _executor_dirs(cluster: spark_cluster.SparkCluster) -> set[Path]:
+    """Every executor's working folder the Workers have made (``worker-<i>/app-*/<id>``)."""
+    return {p for p in Path(cluster.home).glob("worker-*/app-*/*") if p.is_dir()}
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+@pytest.mark.delta
+def test_sigkill_of_an_executor_mid_run_keeps_exactly_once(
+    cluster: spark_cluster.SparkCluster, job_setup: Any,
+) -> None:
+    setup = job_setup("exec-kill", max_records_per_batch=200)
+    stream = generate(GeneratorConfig(events=2_000, keys=12, seed=5, disorder_ms=2_000,
+                                      late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.02))
+    produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
+    setup.workdir.mkdir(parents=True, exist_ok=True)
+    dirs_before = _executor_dirs(cluster)
+    run = CliRun([*setup.cli_args(), "--master", cluster.master_url], cwd=setup.workdir,
+                 log=setup.workdir / "run.log", env=DRIVER_ENV)
+    try:
+        assert run.wait_for("batch=1 ", 600), run.tail()  # batch 1 committed, more to come
+        victim = cluster.workers[0]
+        (pid,) = _executors(victim.pid)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid), f"executor {pid} survived SIGKILL"
+        assert "batch=" in run.log() and run.proc.poll() is None, "the job ended before the kill"
+        rc = run.wait(900)
+    finally:
+        if run.proc.poll() is None:
+            run.wait(1)
+    assert rc == 0, run.tail()
+    # The Master replaced the dead executor: this app got a third executor folder.
+    new = _executor_dirs(cluster) - dirs_before
+    assert len(new) >= 3, sorted(map(str, new))
+    # A new checkpoint runs as many state-store tasks as shards, not the session's 64.
+    meta = json.loads((Path(setup.checkpoint) / "spark" / "offsets" / "0").read_text()
+                      .splitlines()[1])
+    assert meta["conf"]["spark.sql.shuffle.partitions"] == str(setup.shards), meta["conf"]
+    report = check_run(setup)  # read_committed changelog = Delta, nothing lost or duplicated
+    assert report.revisions > 0 and report.windows > 0, report

@@ -200,3 +200,20 @@ def test_revision_batch_null_convention_and_concat_guard():
         RevisionBatch.concat([b, other])
     assert LateBatch.concat([]).to_arrow().schema == LATE_SCHEMA
     assert isinstance(b.key, np.ndarray) and b.key.dtype == object
+
+
+def test_shuffle_partitions_come_from_the_command_line_and_must_be_positive():
+    import argparse
+
+    from revise.cli.run import add_parser, job_config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    base = ["run", "--bootstrap-servers", "127.0.0.1:1", "--input-topic", "in",
+            "--changelog-topic", "out", "--delta-path", "/tmp/d", "--checkpoint", "/tmp/c",
+            "--query-id", "q1", "--window", "tumbling:10s", "--grace", "1s"]
+    assert job_config_from_args(parser.parse_args(base)).shuffle_partitions is None
+    got = job_config_from_args(parser.parse_args([*base, "--shuffle-partitions", "3"]))
+    assert got.shuffle_partitions == 3
+    with pytest.raises(ConfigError, match="--shuffle-partitions must be >= 1, got 0"):
+        job_config_from_args(parser.parse_args([*base, "--shuffle-partitions", "0"]))
