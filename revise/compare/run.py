@@ -29,6 +29,7 @@ from revise.compare.report import Comparison, ModeReport, write
 from revise.config import WindowSpec
 from revise.errors import ReviseError
 from revise.generate import EventStream
+from revise.query.local import read_table
 from revise.vocab import MAX_TS_MS, WINDOW_BOUNDS
 
 if TYPE_CHECKING:
@@ -113,10 +114,10 @@ def run_compare(
         echo(f"{mode} mode: done in {seconds[mode]:.0f}s")
 
     # 3. gather and compute
-    comparison = _compute(cfg, spark, topics, seconds, progress, out)
+    comparison = _compute(cfg, topics, seconds, progress, out)
 
     # 4. write
-    write(comparison, spark)
+    write(comparison)
     return comparison
 
 
@@ -201,10 +202,6 @@ def _run_at_rate(
     run_job(replace(job, once=True), spark=spark, timeout_s=timeout_s,
             on_progress=_collect_offset_ranges(ranges))
     return ranges
-
-
-def _read_delta(spark: SparkSession, path: str) -> pd.DataFrame:
-    return spark.read.format("delta").load(path).toPandas()
 
 
 def _arrivals(bootstrap: str, topic: str) -> pd.DataFrame:
@@ -314,7 +311,7 @@ def _grid(summaries: Sequence[pd.DataFrame], window: WindowSpec, grace_ms: int) 
 
 # Longer than ~60 lines: read both modes, then one report per mode, then the what-if.
 def _compute(
-    cfg: CompareConfig, spark: SparkSession, topics: dict[str, str], seconds: dict[str, float],
+    cfg: CompareConfig, topics: dict[str, str], seconds: dict[str, float],
     progress: dict[str, list[dict[str, Any]]], out: Path,
 ) -> Comparison:
     revisions: dict[str, pd.DataFrame] = {}
@@ -325,12 +322,10 @@ def _compute(
     for mode in MODES:
         root = f"{cfg.delta_path}/{mode}"
         qid = cfg.query_id(mode)
-        revs = _read_delta(spark, f"{root}/revisions")
-        revisions[mode] = revs[revs["query_id"] == qid].reset_index(drop=True)
-        late = _read_delta(spark, f"{root}/late")
-        lates[mode] = late[late["query_id"] == qid].reset_index(drop=True)
-        dl = _read_delta(spark, f"{root}/dead_letter")
-        dead[mode] = int((dl["query_id"] == qid).sum())
+        # delta-rs, in-process: the same frames Spark's reader gives, without its round trip.
+        revisions[mode] = read_table(f"{root}/revisions", query_id=qid)
+        lates[mode] = read_table(f"{root}/late", query_id=qid)
+        dead[mode] = len(read_table(f"{root}/dead_letter", query_id=qid))
         arrivals[mode] = _arrivals(cfg.bootstrap_servers, topics[mode])
         real = revisions[mode]["watermark_ms"]
         real = real[real > 0]
