@@ -92,6 +92,7 @@ def test_quickstart_runs(kernel_env: Path) -> None:
         assert timing in text  # the timing table and the timeline's revisions
     assert "too_late" in text and "reason" in text  # late records and dead letters
     assert "at version 0:   0" in text  # time travel: nothing reported at creation
+    assert "highest" in text  # the in-process engine answered (and equalled Spark in the cell)
     assert _pngs(nb) >= 1  # the timeline
 
 
