@@ -172,6 +172,11 @@ def probe_kafka(
         raise KafkaAccessError(message, kind) from None
     for name in topics:
         tmeta = md.topics.get(name)
+        if tmeta is None:  # a full listing omits topics the principal may not describe: ask
+            try:
+                tmeta = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
+            except KafkaException:
+                tmeta = None
         if tmeta is not None and tmeta.error is not None:
             message, kind = explain_kafka_error(
                 tmeta.error, redactor=settings.redactor, context=f"{context}, topic {name!r}")
