@@ -166,6 +166,7 @@ def probe_kafka(
     try:
         md = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
+        admin.poll(0.5)  # serve the queued error callbacks (they say why: SASL, TLS)
         with lock:
             best = _most_telling(seen) or exc
         message, kind = explain_kafka_error(best, redactor=settings.redactor, context=context)
