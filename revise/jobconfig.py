@@ -8,10 +8,11 @@ own settings (window, grace, delay, aggregates, mode, query id) live in
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from revise.config import EngineConfig
 from revise.errors import ConfigError
+from revise.kafka_config import KafkaSettings
 
 __all__ = ["DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "JobConfig"]
 
@@ -48,6 +49,8 @@ class JobConfig:
         transactional: Exactly-once changelog (True) or a plain at-least-once producer.
         progress_topic: Compacted topic of the changelog's progress markers.
         starting_offsets: Where a new checkpoint starts reading (``earliest``/``latest``).
+        kafka: The user's Kafka client settings (SASL, TLS …) for every Kafka client of the
+            job; its bootstrap address is ``bootstrap_servers``. Default: none (plaintext).
     """
 
     bootstrap_servers: str
@@ -69,6 +72,7 @@ class JobConfig:
     transactional: bool = True
     progress_topic: str = "_revise_progress"
     starting_offsets: str = "earliest"
+    kafka: KafkaSettings = field(default_factory=lambda: KafkaSettings(None))
 
     def __post_init__(self) -> None:
         for name in ("bootstrap_servers", "input_topic", "changelog_topic", "delta_path",
@@ -105,6 +109,11 @@ class JobConfig:
                 "read from one topic and write to others"
             )
             raise ConfigError(msg)
+
+    @property
+    def kafka_settings(self) -> KafkaSettings:
+        """The Kafka client settings with this job's bootstrap address."""
+        return self.kafka.with_bootstrap(self.bootstrap_servers)
 
     @property
     def query_id(self) -> str:

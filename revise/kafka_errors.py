@@ -166,12 +166,18 @@ def probe_kafka(
     try:
         md = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
+        admin.poll(0.5)  # serve the queued error callbacks (they say why: SASL, TLS)
         with lock:
             best = _most_telling(seen) or exc
         message, kind = explain_kafka_error(best, redactor=settings.redactor, context=context)
         raise KafkaAccessError(message, kind) from None
     for name in topics:
         tmeta = md.topics.get(name)
+        if tmeta is None:  # a full listing omits topics the principal may not describe: ask
+            try:
+                tmeta = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
+            except KafkaException:
+                tmeta = None
         if tmeta is not None and tmeta.error is not None:
             message, kind = explain_kafka_error(
                 tmeta.error, redactor=settings.redactor, context=f"{context}, topic {name!r}")

@@ -43,9 +43,21 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture()
 def new_topic(kafka_bootstrap: str) -> Callable[..., str]:
+    return topic_factory({"bootstrap.servers": kafka_bootstrap})
+
+
+@pytest.fixture(scope="session")
+def topic_maker() -> Callable[[dict[str, Any]], Callable[..., str]]:
+    """:func:`topic_factory` for tests that create topics on another cluster (e.g. a secure one)."""
+    return topic_factory
+
+
+def topic_factory(admin_conf: dict[str, Any]) -> Callable[..., str]:
+    """``make(prefix, partitions=, config=)`` creating fresh topics with this admin client config
+    (``bootstrap.servers`` plus any SASL/TLS settings)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = AdminClient(admin_conf)
 
     def make(
         prefix: str = "t", *, partitions: int = 2, config: dict[str, str] | None = None

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from revise.cli import broker, compare, demo, generate, query, run, spark
 from revise.cli.args import EnvDefaults
+from revise.cli.kafka import redact_text
 from revise.errors import ConfigError, InfraError, ReviseError, SetupError
 
 __all__ = ["SUBCOMMANDS", "build_parser", "exit_code", "main"]
@@ -82,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ReviseError as exc:
         code = exit_code(exc)
         word = "error" if isinstance(exc, ConfigError | InfraError) else "failed"
-        print(f"revise {args.command}: {word}: {exc}", file=sys.stderr)
+        text = redact_text(f"revise {args.command}: {word}: {exc}")
+        print(text, file=sys.stderr)
         return code
     except KeyboardInterrupt as exc:
         print(f"revise {args.command}: interrupted", file=sys.stderr)

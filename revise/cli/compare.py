@@ -11,15 +11,16 @@ from revise.cli.args import (
     add_engine_options,
     add_generator_options,
     duration_type,
-    embedded_bootstrap,
     engine_config,
     generator_config,
     maybe_duration,
     maybe_float,
     maybe_int,
 )
+from revise.cli.kafka import kafka_settings
 from revise.compare import CompareConfig, format_table, run_compare
 from revise.errors import ConfigError
+from revise.kafka_config import add_kafka_arguments
 
 __all__ = ["add_parser", "cmd_compare", "config_from_args"]
 
@@ -34,7 +35,8 @@ def add_parser(sub: Any) -> None:
         "table <delta-path>/comparisons.",
     )
     p.add_argument("--bootstrap-servers", help="Kafka HOST:PORT (default: the embedded broker, "
-                   "started if needed)")
+                   "started if needed; a secure one is used as its `revise` user)")
+    add_kafka_arguments(p)
     p.add_argument("--input-topic", help="compare on this existing topic instead of generating")
     add_generator_options(p, events_required=False, keys=20, disorder="2s", late_fraction=0.05,
                           late_by="5s", events_help="generate this many records (default 5000 "
@@ -59,11 +61,11 @@ def add_parser(sub: Any) -> None:
 
 def config_from_args(args: argparse.Namespace) -> CompareConfig:
     """Build the :class:`~revise.compare.CompareConfig` of ``revise compare``'s arguments."""
-    bootstrap = embedded_bootstrap(args.bootstrap_servers, start=True)
     events = maybe_int(args.events, "--events")
     if args.input_topic and events is not None:
         msg = "give --input-topic or --events, not both"
         raise ConfigError(msg)
+    kafka = kafka_settings(args, start=True, topics=[args.input_topic])
     generator = None if args.input_topic else generator_config(args, default_events=5000)
     output = str(Path(args.output).expanduser().resolve())
     delta = args.delta_path or os.path.join(output, "delta")
@@ -71,7 +73,8 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         delta = str(Path(delta).expanduser().resolve())
     timeout = maybe_duration(args.timeout, "--timeout")
     return CompareConfig(
-        bootstrap_servers=bootstrap, output=output, delta_path=delta, engine=engine_config(args),
+        bootstrap_servers=str(kafka.bootstrap_servers), kafka=kafka, output=output,
+        delta_path=delta, engine=engine_config(args),
         input_topic=args.input_topic or None, generator=generator,
         max_records_per_batch=maybe_int(args.max_records_per_batch, "--max-records-per-batch")
         or 1000,

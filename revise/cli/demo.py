@@ -6,6 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from revise.cli.kafka import kafka_settings
+from revise.kafka_config import add_kafka_arguments
+
 __all__ = ["add_parser", "cmd_demo"]
 
 
@@ -19,6 +22,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=7, help="random seed")
     p.add_argument("--out", help="folder for the Delta tables and checkpoint "
                    "(default $REVISE_HOME/demo/<run>)")
+    add_kafka_arguments(p)
     p.set_defaults(handler=cmd_demo)
 
 
@@ -26,5 +30,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """``revise demo``."""
     from revise.demo import run_demo
 
+    kafka = kafka_settings(args, start=True)
     return run_demo(events=int(args.events), keys=int(args.keys), seed=int(args.seed),
-                    out=Path(args.out) if args.out else None)
+                    out=Path(args.out) if args.out else None, kafka=kafka)

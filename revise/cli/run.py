@@ -19,8 +19,15 @@ from revise.cli.args import (
     maybe_duration,
     maybe_int,
 )
+from revise.cli.kafka import kafka_settings
 from revise.config import parse_mode
 from revise.jobconfig import DEFAULT_SHARDS, JobConfig
+from revise.kafka_config import (
+    KafkaSettings,
+    add_kafka_arguments,
+    render_client_configs,
+    revise_client_configs,
+)
 
 __all__ = ["add_parser", "cmd_run", "job_config_from_args", "progress_logger"]
 
@@ -31,7 +38,11 @@ def add_parser(sub: Any) -> None:
     """Register ``revise run``."""
     p = sub.add_parser("run", help="run the streaming job", description="Run the streaming job: "
                        "Kafka in; revisions to a transactional changelog topic and Delta tables.")
-    p.add_argument("--bootstrap-servers", help="Kafka HOST:PORT (default: the embedded broker)")
+    p.add_argument("--bootstrap-servers", help="Kafka HOST:PORT (default: the embedded broker; "
+                   "a secure embedded broker is used as its `revise` user)")
+    add_kafka_arguments(p)
+    p.add_argument("--print-config", action="store_true",
+                   help="print every Kafka client's effective settings (secrets as ***), exit 0")
     p.add_argument("--input-topic", required=True, help="topic of JSON events")
     p.add_argument("--changelog-topic", required=True, help="topic of revisions (transactional)")
     p.add_argument("--late-topic", help="optional topic of too-late records")
@@ -60,10 +71,17 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(handler=cmd_run)
 
 
-def job_config_from_args(args: argparse.Namespace) -> JobConfig:
-    """Build the :class:`~revise.jobconfig.JobConfig` of ``revise run``."""
+def job_config_from_args(args: argparse.Namespace,
+                         kafka: KafkaSettings | None = None) -> JobConfig:
+    """Build the :class:`~revise.jobconfig.JobConfig` of ``revise run``.
+
+    ``kafka``: the client settings (with their bootstrap address); None: plaintext to
+    ``--bootstrap-servers`` or the embedded broker.
+    """
+    bootstrap = kafka.bootstrap_servers if kafka is not None else None
     return JobConfig(
-        bootstrap_servers=embedded_bootstrap(args.bootstrap_servers),
+        bootstrap_servers=bootstrap or embedded_bootstrap(args.bootstrap_servers),
+        kafka=kafka or KafkaSettings(None),
         input_topic=args.input_topic,
         changelog_topic=args.changelog_topic,
         late_topic=args.late_topic,
@@ -122,7 +140,15 @@ def progress_logger(start: float) -> Callable[[dict[str, Any]], None]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``revise run``."""
-    cfg = job_config_from_args(args)
+    if args.print_config:
+        settings = kafka_settings(args, probe=False)
+        from sinks.kafka.writer import DEFAULT_PRODUCER_CONFIG
+
+        print(render_client_configs(settings, revise_client_configs(
+            settings, query_id=args.query_id, producer_defaults=DEFAULT_PRODUCER_CONFIG)))
+        return 0
+    topics = (args.input_topic, args.changelog_topic, args.late_topic, args.dead_letter_topic)
+    cfg = job_config_from_args(args, kafka_settings(args, topics=topics))
     from revise.spark.driver import run_job
 
     stop = install_stop_handlers()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from revise.config import EngineConfig
 from revise.errors import ConfigError
 from revise.generate import GeneratorConfig
+from revise.kafka_config import KafkaSettings
 from revise.vocab import MODES, Mode
 
 __all__ = ["MODES", "CompareConfig"]
@@ -49,6 +50,12 @@ class CompareConfig:
     run_id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S") + "-"
                         + uuid.uuid4().hex[:6])
     timeout_s: float | None = None
+    kafka: KafkaSettings = field(default_factory=lambda: KafkaSettings(None))
+
+    @property
+    def kafka_settings(self) -> KafkaSettings:
+        """The user's Kafka client settings (SASL, TLS …) with ``bootstrap_servers``."""
+        return self.kafka.with_bootstrap(self.bootstrap_servers)
 
     def __post_init__(self) -> None:
         if (self.input_topic is None) == (self.generator is None):

@@ -29,6 +29,7 @@ from revise.compare.report import Comparison, ModeReport, write
 from revise.config import WindowSpec
 from revise.errors import ReviseError
 from revise.generate import EventStream
+from revise.kafka_config import KafkaSettings
 from revise.query.local import read_table
 from revise.vocab import MAX_TS_MS, WINDOW_BOUNDS
 
@@ -75,10 +76,11 @@ def run_compare(
         source_topic = f"compare-input-{cfg.run_id}"
         stream = generate(cfg.generator)
         if cfg.rate is None:
-            produce(stream, bootstrap_servers=cfg.bootstrap_servers, topic=source_topic)
+            produce(stream, bootstrap_servers=cfg.bootstrap_servers, topic=source_topic,
+                    kafka=cfg.kafka)
             echo(f"generated {len(stream)} records into {source_topic}")
     else:
-        stream = _stream_of_topic(cfg.bootstrap_servers, str(source_topic)) if cfg.rate else None
+        stream = _stream_of_topic(cfg.kafka_settings, str(source_topic)) if cfg.rate else None
     assert source_topic is not None
 
     # 2. one run per mode
@@ -95,7 +97,7 @@ def run_compare(
             delta_path=f"{cfg.delta_path}/{mode}",
             checkpoint=str(out / "checkpoints" / mode), engine=engine, once=cfg.rate is None,
             max_records_per_batch=cfg.max_records_per_batch, shards=cfg.shards,
-            trigger_ms=cfg.trigger_ms,
+            trigger_ms=cfg.trigger_ms, kafka=cfg.kafka,
         )
         t0 = time.monotonic()
         if cfg.rate is None:
@@ -121,11 +123,12 @@ def run_compare(
     return comparison
 
 
-def _stream_of_topic(bootstrap: str, topic: str) -> EventStream:
+def _stream_of_topic(kafka: KafkaSettings, topic: str) -> EventStream:
     """The records of an existing topic as an :class:`EventStream` (payloads and keys only)."""
     from sinks.kafka import read_committed
 
-    msgs = sorted(read_committed(bootstrap, topic, timeout_s=120),
+    msgs = sorted(read_committed(str(kafka.bootstrap_servers), topic, timeout_s=120,
+                                 client_config=kafka.consumer_conf()),
                   key=lambda m: ((m.timestamp() or (0, 0))[1], m.partition() or 0,
                                  m.offset() or 0))
     keys = np.array([(m.key() or b"").decode(errors="replace") for m in msgs], dtype=object)
@@ -163,7 +166,7 @@ def _run_at_rate(
         running.set()
         try:
             produce(stream, bootstrap_servers=job.bootstrap_servers, topic=job.input_topic,
-                    rate=rate)
+                    rate=rate, kafka=job.kafka)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
             stop.set()
@@ -185,7 +188,8 @@ def _run_at_rate(
 
     # The topic must exist before the job subscribes to it.
     produce(EventStream(stream.keys[:0], stream.ts_ms[:0], stream.values[:0], stream.kind[:0],
-                        []), bootstrap_servers=job.bootstrap_servers, topic=job.input_topic)
+                        []), bootstrap_servers=job.bootstrap_servers, topic=job.input_topic,
+            kafka=job.kafka)
     threads = [threading.Thread(target=producer, daemon=True),
                threading.Thread(target=watcher, daemon=True)]
     for t in threads:
@@ -204,7 +208,7 @@ def _run_at_rate(
     return ranges
 
 
-def _arrivals(bootstrap: str, topic: str) -> pd.DataFrame:
+def _arrivals(kafka: KafkaSettings, topic: str) -> pd.DataFrame:
     """Well-formed input records with their Kafka timestamps, in arrival order."""
     import orjson
 
@@ -212,7 +216,8 @@ def _arrivals(bootstrap: str, topic: str) -> pd.DataFrame:
 
     rows: list[tuple[str, int, float, int, int, int]] = []
     total = 0
-    for m in read_committed(bootstrap, topic, timeout_s=120):
+    for m in read_committed(str(kafka.bootstrap_servers), topic, timeout_s=120,
+                            client_config=kafka.consumer_conf()):
         total += 1
         try:
             obj = orjson.loads(m.value() or b"")
@@ -289,11 +294,12 @@ def offset_ranges(progress: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _changelog_bytes(bootstrap: str, topic: str) -> tuple[int, int]:
+def _changelog_bytes(kafka: KafkaSettings, topic: str) -> tuple[int, int]:
     """(messages, key + value bytes) of the committed changelog."""
     from sinks.kafka import read_committed
 
-    msgs = read_committed(bootstrap, topic, timeout_s=120)
+    msgs = read_committed(str(kafka.bootstrap_servers), topic, timeout_s=120,
+                          client_config=kafka.consumer_conf())
     return len(msgs), sum(len(m.key() or b"") + len(m.value() or b"") for m in msgs)
 
 
@@ -326,7 +332,7 @@ def _compute(
         revisions[mode] = read_table(f"{root}/revisions", query_id=qid)
         lates[mode] = read_table(f"{root}/late", query_id=qid)
         dead[mode] = len(read_table(f"{root}/dead_letter", query_id=qid))
-        arrivals[mode] = _arrivals(cfg.bootstrap_servers, topics[mode])
+        arrivals[mode] = _arrivals(cfg.kafka_settings, topics[mode])
         real = revisions[mode]["watermark_ms"]
         real = real[real > 0]
         if len(real):
@@ -344,7 +350,7 @@ def _compute(
             s = s.merge(wall, on=list(WINDOW_BOUNDS), how="left")
         else:
             s = s.assign(first_wall_ms=np.nan, final_wall_ms=np.nan)
-        n_msgs, n_bytes = _changelog_bytes(cfg.bootstrap_servers,
+        n_msgs, n_bytes = _changelog_bytes(cfg.kafka_settings,
                                            f"compare-{cfg.run_id}-{mode}-changelog")
         reports[mode] = ModeReport(
             mode=mode, query_id=cfg.query_id(mode),

@@ -18,6 +18,7 @@ from pathlib import Path
 from revise.config import EngineConfig, WindowSpec
 from revise.generate import GeneratorConfig, generate, produce
 from revise.jobconfig import JobConfig
+from revise.kafka_config import KafkaSettings
 
 __all__ = ["run_demo"]
 
@@ -33,9 +34,14 @@ def _rule(title: str) -> None:
 
 # Longer than ~60 lines: the demo's numbered sections print in order; it is a script.
 def run_demo(
-    *, events: int = 20_000, keys: int = 50, seed: int = 7, out: Path | None = None
+    *, events: int = 20_000, keys: int = 50, seed: int = 7, out: Path | None = None,
+    kafka: KafkaSettings | None = None,
 ) -> int:
-    """Run the demo; returns 0 when the exactly-once check holds, 1 otherwise."""
+    """Run the demo; returns 0 when the exactly-once check holds, 1 otherwise.
+
+    ``kafka``: the Kafka cluster and client settings (SASL, TLS …) to use; None: the embedded
+    broker (started if needed), plaintext.
+    """
     from revise.infra import broker
     from revise.spark.driver import run_job
     from revise.spark.session import spark_session
@@ -45,16 +51,21 @@ def run_demo(
     run = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
     out = (out or _home() / "demo" / run).resolve()
     _rule("1. broker")
-    cluster = broker.status() or broker.start()
-    bootstrap = cluster.bootstrap_servers
-    print(f"Apache Kafka (KRaft) at {bootstrap}, pid {cluster.pids[0]}, data in {cluster.home}")
+    if kafka is None or kafka.bootstrap_servers is None:
+        cluster = broker.status() or broker.start()
+        kafka = (kafka or KafkaSettings(None)).with_bootstrap(cluster.bootstrap_servers)
+        print(f"Apache Kafka (KRaft) at {cluster.bootstrap_servers}, pid {cluster.pids[0]}, "
+              f"data in {cluster.home}")
+    else:
+        print(f"Apache Kafka at {kafka.bootstrap_servers} ({kafka.origin})")
+    bootstrap = str(kafka.bootstrap_servers)
 
     _rule("2. input: an out-of-order stream")
     gen = GeneratorConfig(events=events, keys=keys, seed=seed, disorder_ms=3_000,
                           late_fraction=0.03, late_by_ms=8_000, bad_fraction=0.01, step_ms=10)
     stream = generate(gen)
     topic = f"demo-input-{run}"
-    produce(stream, bootstrap_servers=bootstrap, topic=topic, partitions=4)
+    produce(stream, bootstrap_servers=bootstrap, topic=topic, partitions=4, kafka=kafka)
     kinds = Counter(int(k) for k in stream.kind)
     span_s = (int(stream.ts_ms.max()) - int(stream.ts_ms.min())) / 1000 if len(stream) else 0
     print(f"{len(stream)} events over {keys} keys, {span_s:.0f}s of event time, to topic {topic}")
@@ -72,6 +83,7 @@ def run_demo(
         dead_letter_topic=f"demo-dead-letters-{run}",
         delta_path=str(out / "delta"), checkpoint=str(out / "checkpoint"),
         engine=engine, once=True, max_records_per_batch=max(1000, events // 4), shards=4,
+        kafka=kafka,
     )
     print(f"revise run --once --window tumbling:10s --grace 5s --query-id {engine.query_id} "
           f"--max-records-per-batch {cfg.max_records_per_batch}")
@@ -106,7 +118,8 @@ def run_demo(
         print(f"    {r['n']:>4}  {r['reason']}")
 
     _rule("5. exactly-once: the committed changelog vs Delta")
-    msgs = read_committed(bootstrap, cfg.changelog_topic, timeout_s=60)
+    msgs = read_committed(bootstrap, cfg.changelog_topic, timeout_s=60,
+                          client_config=kafka.consumer_conf())
     kafka_ids: Counter[tuple[str, int, int, int]] = Counter()
     for m in msgs:
         rev = decode_revision(m.value() or b"")

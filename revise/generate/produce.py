@@ -6,6 +6,7 @@ import time
 
 from revise.errors import ReviseError
 from revise.generate.stream import EventStream
+from revise.kafka_config import KafkaSettings
 
 __all__ = ["ProduceError", "produce"]
 
@@ -21,20 +22,24 @@ def produce(
     topic: str,
     rate: float | None = None,
     partitions: int | None = None,
+    kafka: KafkaSettings | None = None,
 ) -> int:
     """Write ``stream`` to ``topic`` (created if missing) with an idempotent producer.
 
     Records are keyed by their key (bad ones too, when they have one), so one key's records
     stay in one partition in arrival order. ``rate`` (records/s) paces the writes; None: as fast
-    as possible. Returns the number of records written.
+    as possible. ``kafka``: the user's client settings (SASL, TLS …; None: plaintext).
+    Returns the number of records written.
     """
     from confluent_kafka import Producer
 
     from sinks.kafka import client_logging, create_topics
 
-    create_topics(bootstrap_servers, [topic], partitions=partitions or 4)
+    settings = (kafka or KafkaSettings(None)).with_bootstrap(bootstrap_servers)
+    create_topics(bootstrap_servers, [topic], partitions=partitions or 4,
+                  client_config=settings.admin_conf())
     producer = Producer({
-        "bootstrap.servers": bootstrap_servers,
+        **settings.producer_conf(),
         **client_logging(),
         "enable.idempotence": True,
         "linger.ms": 20,

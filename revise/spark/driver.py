@@ -86,7 +86,8 @@ def preflight(cfg: JobConfig) -> None:
         ConfigError: Either check failed (the CLI exits 2).
     """
     ensure_topics(cfg.bootstrap_servers, cfg.input_topic,
-                  (cfg.changelog_topic, cfg.late_topic, cfg.dead_letter_topic))
+                  (cfg.changelog_topic, cfg.late_topic, cfg.dead_letter_topic),
+                  client_config=cfg.kafka_settings.admin_conf())
     _check_checkpoint(cfg)
 
 
@@ -137,7 +138,9 @@ def run_job(
     """
     t_start = time.monotonic()
     preflight(cfg)
-    ends = end_offsets(cfg.bootstrap_servers, cfg.input_topic) if cfg.once else None
+    kafka = cfg.kafka_settings
+    ends = (end_offsets(cfg.bootstrap_servers, cfg.input_topic,
+                        client_config=kafka.consumer_conf()) if cfg.once else None)
     spark = spark or spark_session(f"revise-{cfg.query_id}", master=master)
     control_dir = str(Path(cfg.checkpoint) / "control")
     Path(control_dir).mkdir(parents=True, exist_ok=True)
@@ -151,6 +154,9 @@ def run_job(
         dead_letter_topic=cfg.dead_letter_topic,
         progress_topic=cfg.progress_topic,
         transactional=cfg.transactional,
+        producer_config=kafka.producer_conf(),
+        consumer_config=kafka.consumer_conf(),
+        admin_config=kafka.admin_conf(),
     )).open()
     committer = BatchCommitter(cfg, changelog, tables, result,
                                crash_hook or crash_hook_from_env())

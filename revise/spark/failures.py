@@ -78,7 +78,8 @@ def failure_message(cfg: JobConfig, text: str) -> str:
     if hint is not None:
         return hint
     gone = "UnknownTopicOrPartition" in text or topic_exists(
-        cfg.bootstrap_servers, cfg.input_topic) is False
+        cfg.bootstrap_servers, cfg.input_topic,
+        client_config=cfg.kafka_settings.admin_conf()) is False
     if gone:
         return (
             f"--input-topic {cfg.input_topic!r} was deleted (or lost partitions) while the job "

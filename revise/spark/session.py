@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from revise.infra.jars import classpath
 from revise.infra.pyfiles import ship_to_executors
+from revise.redact import spark_redaction_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,6 +88,9 @@ def spark_session(
         # The job's plans have ~40 columns: print them whole, without a warning that they
         # were truncated at the default 25 fields.
         "spark.sql.debug.maxToStringFields": "200",
+        # Kafka secrets (sasl.jaas.config, passwords) as *** in plans, UI and event logs;
+        # spark.redaction.regex can only be set before the session starts.
+        **spark_redaction_conf(),
     }
     conf.update(extra_conf or {})
     builder = SparkSession.builder.appName(app_name)

@@ -53,7 +53,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
 
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
+        .options(**cfg.kafka_settings.spark_source_options())
         .option("subscribe", cfg.input_topic)
         .option("startingOffsets", cfg.starting_offsets)
         .option("kafka.isolation.level", "read_committed")

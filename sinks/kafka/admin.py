@@ -7,14 +7,15 @@ The job runs these before Spark starts (preflight): a missing input topic is a u
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from revise.errors import ConfigError
 from sinks.kafka.errors import ChangelogError, kafka_error
-from sinks.kafka.logs import client_logging
+from sinks.kafka.logs import client_conf
 
 __all__ = [
     "create_topics", "end_offsets", "ensure_compacted_topic", "ensure_topics", "topic_exists",
@@ -30,27 +31,31 @@ def _missing_input(topic: str, bootstrap_servers: str) -> ConfigError:
 
 
 def ensure_topics(bootstrap_servers: str, input_topic: str,
-                  outputs: Iterable[str | None], *, timeout_s: float = 30.0) -> None:
+                  outputs: Iterable[str | None], *, timeout_s: float = 30.0,
+                  client_config: Mapping[str, Any] | None = None) -> None:
     """Check that ``input_topic`` exists; create the missing ``outputs`` (None: skipped).
 
     Output topics get as many partitions as the input topic. A topic created concurrently by
-    someone else is fine.
+    someone else is fine. ``client_config`` (here and in every function of this module): the
+    user's confluent-kafka settings (SASL, TLS …), merged under revise's own.
 
     Raises:
         ConfigError: The input topic does not exist.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **client_logging()})
+    admin = AdminClient(client_conf(bootstrap_servers, client_config))
     md = admin.list_topics(timeout=timeout_s)
     if input_topic not in md.topics:
         raise _missing_input(input_topic, bootstrap_servers)
     partitions = max(1, len(md.topics[input_topic].partitions))
     create_topics(bootstrap_servers, [t for t in outputs if t and t not in md.topics],
-                  partitions=partitions, timeout_s=timeout_s, admin=admin)
+                  partitions=partitions, timeout_s=timeout_s, admin=admin,
+                  client_config=client_config)
 
 
-def topic_exists(bootstrap_servers: str, topic: str, *, timeout_s: float = 10.0) -> bool | None:
+def topic_exists(bootstrap_servers: str, topic: str, *, timeout_s: float = 10.0,
+                 client_config: Mapping[str, Any] | None = None) -> bool | None:
     """Whether the broker lists ``topic`` (None: the broker could not be asked)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **client_logging()})
+    admin = AdminClient(client_conf(bootstrap_servers, client_config))
     try:
         md = admin.list_topics(timeout=timeout_s)
     except KafkaException:
@@ -60,12 +65,13 @@ def topic_exists(bootstrap_servers: str, topic: str, *, timeout_s: float = 10.0)
 
 
 def create_topics(bootstrap_servers: str, topics: Iterable[str], *, partitions: int,
-                  timeout_s: float = 30.0, admin: AdminClient | None = None) -> None:
+                  timeout_s: float = 30.0, admin: AdminClient | None = None,
+                  client_config: Mapping[str, Any] | None = None) -> None:
     """Create the ``topics`` that do not exist yet with ``partitions`` partitions each.
 
     A topic created concurrently by someone else is fine.
     """
-    admin = admin or AdminClient({"bootstrap.servers": bootstrap_servers, **client_logging()})
+    admin = admin or AdminClient(client_conf(bootstrap_servers, client_config))
     existing = admin.list_topics(timeout=timeout_s).topics
     want = [t for t in topics if t not in existing]
     if not want:
@@ -80,19 +86,18 @@ def create_topics(bootstrap_servers: str, topics: Iterable[str], *, partitions: 
                 raise
 
 
-def end_offsets(bootstrap_servers: str, topic: str, *,
-                timeout_s: float = 30.0) -> dict[int, int]:
+def end_offsets(bootstrap_servers: str, topic: str, *, timeout_s: float = 30.0,
+                client_config: Mapping[str, Any] | None = None) -> dict[int, int]:
     """The topic's committed end offset per partition, as a read_committed reader sees.
 
     Raises:
         ConfigError: The topic does not exist.
     """
     consumer = Consumer({
-        "bootstrap.servers": bootstrap_servers,
+        **client_conf(bootstrap_servers, client_config),
         "group.id": f"revise-offsets-{uuid.uuid4().hex[:8]}",
         "isolation.level": "read_committed",
         "enable.auto.commit": False,
-        **client_logging(),
     })
     try:
         md = consumer.list_topics(topic, timeout=timeout_s)
@@ -108,13 +113,14 @@ def end_offsets(bootstrap_servers: str, topic: str, *,
         consumer.close()
 
 
-def ensure_compacted_topic(bootstrap_servers: str, topic: str, *, timeout_s: float) -> None:
+def ensure_compacted_topic(bootstrap_servers: str, topic: str, *, timeout_s: float,
+                           client_config: Mapping[str, Any] | None = None) -> None:
     """Create ``topic`` (one partition, ``cleanup.policy=compact``) unless it exists.
 
     Raises:
         ChangelogError: The topic could not be created.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **client_logging()})
+    admin = AdminClient(client_conf(bootstrap_servers, client_config))
     md = admin.list_topics(timeout=timeout_s)
     if topic in md.topics and md.topics[topic].error is None:
         return

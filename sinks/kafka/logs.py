@@ -10,9 +10,10 @@ creates takes :func:`client_logging` into its config, so those lines go to the
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["TRANSIENT", "client_logging"]
+__all__ = ["TRANSIENT", "client_conf", "client_logging"]
 
 log = logging.getLogger("revise.kafka")
 
@@ -53,3 +54,15 @@ def _error_cb(err: Any) -> None:
 def client_logging() -> dict[str, Any]:
     """Config entries for a confluent-kafka client: its logs and errors through ``revise.kafka``."""
     return {"logger": log, "error_cb": _error_cb}
+
+
+def client_conf(bootstrap_servers: str, client_config: Mapping[str, Any] | None = None,
+                ) -> dict[str, Any]:
+    """A confluent-kafka client's base config: address, the user's settings, revise's logging.
+
+    Args:
+        bootstrap_servers: Kafka bootstrap servers (``HOST:PORT[,…]``).
+        client_config: The user's client settings (security.protocol, SASL, TLS …, as
+            ``revise.kafka_config.KafkaSettings.*_conf`` builds them), or None for none.
+    """
+    return {"bootstrap.servers": bootstrap_servers, **(client_config or {}), **client_logging()}

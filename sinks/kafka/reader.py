@@ -7,7 +7,8 @@ committed progress marker on open.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
@@ -24,6 +25,7 @@ def read_committed(
     *,
     timeout_s: float = 30.0,
     partitions: Sequence[int] | None = None,
+    client_config: Mapping[str, Any] | None = None,
 ) -> list[Message]:
     """Read a topic from the beginning to its end as a ``read_committed`` consumer sees it.
 
@@ -39,6 +41,7 @@ def read_committed(
         topic: The topic to read.
         timeout_s: Give up (raise) after this many seconds.
         partitions: Only these partitions (default: all).
+        client_config: The user's confluent-kafka consumer settings (SASL, TLS …), or None.
 
     Returns:
         The committed data messages, each partition in offset order.
@@ -46,7 +49,8 @@ def read_committed(
     Raises:
         ChangelogError: the topic does not exist, a fetch error, or the timeout passed.
     """
-    base = {"bootstrap.servers": bootstrap_servers, "enable.auto.commit": False,
+    base = {**(client_config or {}), "bootstrap.servers": bootstrap_servers,
+            "enable.auto.commit": False,
             "group.id": f"revise-reader-{time.monotonic_ns()}"}
     probe = Consumer({**base, "isolation.level": "read_uncommitted"})
     consumer = Consumer(

@@ -112,7 +112,10 @@ class ChangelogConfig:
         progress_topic: Compacted topic of progress markers (created if missing).
         transactional: True: exactly-once (transactions + progress check). False: a plain
             idempotent producer, at-least-once (a replayed batch is written again).
-        producer_config: librdkafka settings overriding :data:`DEFAULT_PRODUCER_CONFIG`.
+        producer_config: librdkafka settings overriding :data:`DEFAULT_PRODUCER_CONFIG` (the
+            user's client settings: SASL, TLS …).
+        consumer_config: The user's librdkafka settings for the progress reader.
+        admin_config: The user's librdkafka settings for creating the progress topic.
     """
 
     bootstrap_servers: str
@@ -123,6 +126,8 @@ class ChangelogConfig:
     progress_topic: str = PROGRESS_TOPIC
     transactional: bool = True
     producer_config: Mapping[str, Any] = field(default_factory=dict)
+    consumer_config: Mapping[str, Any] = field(default_factory=dict)
+    admin_config: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("bootstrap_servers", "query_id", "changelog_topic", "progress_topic"):
@@ -466,14 +471,15 @@ class TransactionalChangelog:
 
     def _ensure_progress_topic(self, timeout_s: float) -> None:
         ensure_compacted_topic(self.config.bootstrap_servers, self.config.progress_topic,
-                               timeout_s=timeout_s)
+                               timeout_s=timeout_s, client_config=self.config.admin_config)
 
     def _read_last_committed(self, timeout_s: float) -> Progress | None:
         key = self.config.query_id.encode()
         last: Progress | None = None
         for m in by_partition_offset(
             read_committed(
-                self.config.bootstrap_servers, self.config.progress_topic, timeout_s=timeout_s
+                self.config.bootstrap_servers, self.config.progress_topic, timeout_s=timeout_s,
+                client_config=self.config.consumer_config,
             )
         ):
             value = m.value()

@@ -58,6 +58,8 @@ class JobSetup:
     mode: str = "revision"
     shards: int = 2
     max_records_per_batch: int | None = 500
+    # confluent-kafka settings (SASL, TLS …) of every test client; empty: plaintext.
+    client_config: dict[str, Any] = field(default_factory=dict)
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
@@ -93,8 +95,8 @@ class JobSetup:
         """Write raw values in order (keyed, or all to one partition), idempotently."""
         from confluent_kafka import Producer
 
-        p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
-                      "linger.ms": 5})
+        p = Producer({**self.client_config, "bootstrap.servers": self.bootstrap,
+                      "enable.idempotence": True, "linger.ms": 5})
         ks = list(keys) if keys is not None else None
         for i, v in enumerate(payloads):
             kw: dict[str, Any] = {}
@@ -152,8 +154,8 @@ class Input:
     bad: dict[tuple[int, int], bytes | None]
 
     @staticmethod
-    def read(bootstrap: str, topic: str) -> Input:
-        msgs = read_committed(bootstrap, topic, timeout_s=60)
+    def read(bootstrap: str, topic: str, client_config: dict[str, Any] | None = None) -> Input:
+        msgs = read_committed(bootstrap, topic, timeout_s=60, client_config=client_config)
         records = [InputRecord(m.partition(), m.offset(), m.value()) for m in msgs]
         good, bad = {}, {}
         for r in records:
@@ -261,7 +263,8 @@ class Outputs:
     @staticmethod
     def read(setup: JobSetup) -> Outputs:
         def topic(t: str) -> list[Any]:
-            return read_committed(setup.bootstrap, t, timeout_s=60)
+            return read_committed(setup.bootstrap, t, timeout_s=60,
+                                  client_config=setup.client_config)
 
         msgs = topic(setup.changelog_topic)
         revs = [(m.partition(), m.offset(), decode_revision(m.value()).to_row()) for m in msgs]
@@ -319,7 +322,7 @@ def check_run(setup: JobSetup) -> Report:
     and restarts: a replay that finds its batch committed in Kafka stamps Delta with the
     ``emitted_at_ms`` recorded in the committed progress marker.
     """
-    inp = Input.read(setup.bootstrap, setup.input_topic)
+    inp = Input.read(setup.bootstrap, setup.input_topic, setup.client_config)
     rep = replay(setup, inp)
     out = Outputs.read(setup)
     cfg = setup.engine_config()
