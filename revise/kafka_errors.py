@@ -148,7 +148,7 @@ def probe_kafka(
     Raises:
         KafkaAccessError: unreachable, TLS or SASL failure, or a topic not authorized.
     """
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     seen: list[Any] = []
@@ -179,6 +179,8 @@ def probe_kafka(
             except KafkaException:
                 tmeta = None
         if tmeta is not None and tmeta.error is not None:
+            if tmeta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue  # missing, not refused: revise creates its output topics
             message, kind = explain_kafka_error(
                 tmeta.error, redactor=settings.redactor, context=f"{context}, topic {name!r}")
             raise KafkaAccessError(message, kind)

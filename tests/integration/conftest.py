@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -22,7 +23,10 @@ if str(REPO) not in _paths:
 # The batch oracle lives with the engine tests.
 sys.path.insert(0, str(REPO / "tests" / "revise"))
 
-from integration_support import JobSetup  # noqa: E402
+from integration_support import JobSetup, QueryRun  # noqa: E402
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @pytest.fixture()
@@ -48,3 +52,31 @@ def job_setup(
         )
 
     return make
+
+
+@pytest.fixture(scope="session")
+def query_run(
+    kafka_bootstrap: str, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> QueryRun:
+    """One real run (late and bad records included) shared by the query tests of both engines."""
+    from revise.config import EngineConfig, WindowSpec
+    from revise.generate import GeneratorConfig, generate, produce
+    from revise.jobconfig import JobConfig
+    from revise.spark.driver import run_job
+
+    tmp = tmp_path_factory.mktemp("query")
+    topic = f"query-in-{uuid.uuid4().hex[:8]}"
+    stream = generate(GeneratorConfig(events=500, keys=5, seed=11, disorder_ms=1000,
+                                      late_fraction=0.1, late_by_ms=2000, bad_fraction=0.03))
+    produce(stream, bootstrap_servers=kafka_bootstrap, topic=topic, partitions=2)
+    cfg = JobConfig(
+        bootstrap_servers=kafka_bootstrap, input_topic=topic,
+        changelog_topic=f"{topic}-changelog", delta_path=str(tmp / "delta"),
+        checkpoint=str(tmp / "ckpt"),
+        engine=EngineConfig(window=WindowSpec.parse("tumbling:1s"), grace_ms=500,
+                            query_id=f"q-{uuid.uuid4().hex[:8]}"),
+        once=True, max_records_per_batch=100, shards=2,
+    )
+    result = run_job(cfg, spark=spark, timeout_s=240)
+    assert result.revisions > 0 and result.late > 0 and result.dead_letters > 0
+    return QueryRun(cfg.delta_path, cfg.engine.query_id, result.revisions, result.late)

@@ -39,6 +39,16 @@ WINDOW = tuple[str, int, int]
 # --------------------------------------------------------------------------- setup
 
 
+@dataclass(frozen=True)
+class QueryRun:
+    """A finished bounded run whose Delta tables the query tests read (never write)."""
+
+    delta: str
+    query_id: str
+    revisions: int
+    late: int
+
+
 @dataclass
 class JobSetup:
     """One job's topics, ids and folders, and its engine settings."""

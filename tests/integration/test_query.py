@@ -8,17 +8,13 @@ sees the file descriptors, so a JVM stack trace would show up there too.
 from __future__ import annotations
 
 import re
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from integration_support import QueryRun
 
 from revise.cli import main
-from revise.config import EngineConfig, WindowSpec
-from revise.generate import GeneratorConfig, generate, produce
-from revise.jobconfig import JobConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,33 +24,10 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@dataclass(frozen=True)
-class Run:
-    delta: str
-    revisions: int
-    late: int
-
-
-@pytest.fixture(scope="module")
-def run(kafka_bootstrap: str, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    from revise.spark.driver import run_job
-
-    tmp = tmp_path_factory.mktemp("query")
-    topic = f"query-in-{uuid.uuid4().hex[:8]}"
-    stream = generate(GeneratorConfig(events=400, keys=4, seed=3, disorder_ms=1000,
-                                      late_fraction=0.1, late_by_ms=2000, bad_fraction=0.02))
-    produce(stream, bootstrap_servers=kafka_bootstrap, topic=topic, partitions=2)
-    cfg = JobConfig(
-        bootstrap_servers=kafka_bootstrap, input_topic=topic,
-        changelog_topic=f"{topic}-changelog", delta_path=str(tmp / "delta"),
-        checkpoint=str(tmp / "ckpt"),
-        engine=EngineConfig(window=WindowSpec.parse("tumbling:1s"), grace_ms=500,
-                            query_id=f"q-{uuid.uuid4().hex[:8]}"),
-        once=True, max_records_per_batch=100, shards=2,
-    )
-    result = run_job(cfg, spark=spark, timeout_s=240)
-    assert result.revisions > 0 and result.late > 0 and result.dead_letters > 0
-    return Run(cfg.delta_path, result.revisions, result.late)
+@pytest.fixture()
+def run(query_run: QueryRun) -> QueryRun:
+    """The shared run (tests/integration/conftest.py)."""
+    return query_run
 
 
 def _query(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -64,7 +37,7 @@ def _query(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
     return code, out, err
 
 
-def test_views_answer_in_every_format(run: Run, capfd: pytest.CaptureFixture[str]) -> None:
+def test_views_answer_in_every_format(run: QueryRun, capfd: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _query(capfd, "SELECT count(*) AS n FROM revision_history",
                           "--delta-path", run.delta)
     assert code == 0
@@ -84,7 +57,7 @@ def test_views_answer_in_every_format(run: Run, capfd: pytest.CaptureFixture[str
 
 
 def test_bad_sql_and_unknown_view_exit_2_naming_the_views(
-    run: Run, capfd: pytest.CaptureFixture[str]
+    run: QueryRun, capfd: pytest.CaptureFixture[str]
 ) -> None:
     for sql in ("SELEC nonsense", "SELECT * FROM no_such_view"):
         code, out, err = _query(capfd, sql, "--delta-path", run.delta)
@@ -107,7 +80,7 @@ def test_missing_delta_path_exit_2_with_hint(
 
 
 def test_time_travel_and_report_at_time_t(
-    run: Run, spark: SparkSession, capfd: pytest.CaptureFixture[str]
+    run: QueryRun, spark: SparkSession, capfd: pytest.CaptureFixture[str]
 ) -> None:
     # version 0 of latest is its creation: nothing reported yet
     code, out, _ = _query(capfd, "SELECT count(*) AS n FROM final_windows", "--delta-path",
@@ -129,7 +102,7 @@ def test_time_travel_and_report_at_time_t(
     assert (code, out.split()) == (0, ["revision", "0"])
 
 
-def test_querying_doc_deltalake_snippet_runs(run: Run, spark: SparkSession,
+def test_querying_doc_deltalake_snippet_runs(run: QueryRun, spark: SparkSession,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     text = (ROOT / "docs" / "QUERYING.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)

@@ -19,19 +19,15 @@ import datetime as dt
 import json
 import subprocess
 import sys
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 import pytest
+from integration_support import QueryRun
 
 from revise.cli import main
-from revise.config import EngineConfig, WindowSpec
 from revise.errors import ConfigError
-from revise.generate import GeneratorConfig, generate, produce
-from revise.jobconfig import JobConfig
 from revise.query import run_query
 from revise.query.local import (
     COMPARISONS_SCHEMA,
@@ -49,32 +45,10 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@dataclass(frozen=True)
-class Run:
-    delta: str
-    query_id: str
-
-
-@pytest.fixture(scope="module")
-def run(kafka_bootstrap: str, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    from revise.spark.driver import run_job
-
-    tmp = tmp_path_factory.mktemp("engines")
-    topic = f"engines-in-{uuid.uuid4().hex[:8]}"
-    stream = generate(GeneratorConfig(events=500, keys=5, seed=11, disorder_ms=1000,
-                                      late_fraction=0.1, late_by_ms=2000, bad_fraction=0.03))
-    produce(stream, bootstrap_servers=kafka_bootstrap, topic=topic, partitions=2)
-    cfg = JobConfig(
-        bootstrap_servers=kafka_bootstrap, input_topic=topic,
-        changelog_topic=f"{topic}-changelog", delta_path=str(tmp / "delta"),
-        checkpoint=str(tmp / "ckpt"),
-        engine=EngineConfig(window=WindowSpec.parse("tumbling:1s"), grace_ms=500,
-                            query_id=f"q-{uuid.uuid4().hex[:8]}"),
-        once=True, max_records_per_batch=100, shards=2,
-    )
-    result = run_job(cfg, spark=spark, timeout_s=240)
-    assert result.revisions > 0 and result.late > 0 and result.dead_letters > 0
-    return Run(cfg.delta_path, cfg.engine.query_id)
+@pytest.fixture()
+def run(query_run: QueryRun) -> QueryRun:
+    """The shared run (tests/integration/conftest.py)."""
+    return query_run
 
 
 def assert_same(spark_frame: pd.DataFrame, local_frame: pd.DataFrame, *, ordered: bool) -> None:
@@ -120,7 +94,7 @@ QUERIES: list[tuple[str, bool]] = [
 
 
 @pytest.mark.parametrize(("sql", "ordered"), QUERIES, ids=range(len(QUERIES)))
-def test_same_answer_on_both_engines(run: Run, spark: SparkSession, sql: str,
+def test_same_answer_on_both_engines(run: QueryRun, spark: SparkSession, sql: str,
                                      ordered: bool) -> None:
     spark_frame = run_query(sql, run.delta, spark=spark)
     local_frame = run_query_local(sql, run.delta)
@@ -137,7 +111,7 @@ TT_SQL = [
 ]
 
 
-def test_time_travel_by_version_same_on_both(run: Run, spark: SparkSession) -> None:
+def test_time_travel_by_version_same_on_both(run: QueryRun, spark: SparkSession) -> None:
     versions = [v for v, _ in commit_times(f"{run.delta}/latest")]
     assert len(versions) >= 4
     picked = sorted({versions[0], versions[len(versions) // 3], versions[-2], versions[-1]})
@@ -155,7 +129,7 @@ def _ts(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-def test_time_travel_by_timestamp_same_on_both(run: Run, spark: SparkSession) -> None:
+def test_time_travel_by_timestamp_same_on_both(run: QueryRun, spark: SparkSession) -> None:
     times = {t: commit_times(f"{run.delta}/{t}") for t in
              ("revisions", "latest", "late", "dead_letter")}
     lo = max(c[0][1] for c in times.values())
@@ -187,7 +161,7 @@ def _cli(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])
-def test_cli_prints_the_same_on_both_engines(run: Run, capfd: pytest.CaptureFixture[str],
+def test_cli_prints_the_same_on_both_engines(run: QueryRun, capfd: pytest.CaptureFixture[str],
                                              fmt: str) -> None:
     sql = ("SELECT key, window_start_ms, revision, timing, count, mean FROM revision_history "
            "ORDER BY key, window_start_ms, revision LIMIT 20")
@@ -201,7 +175,7 @@ def test_cli_prints_the_same_on_both_engines(run: Run, capfd: pytest.CaptureFixt
     assert len(outs[1].strip().splitlines()) >= 20
 
 
-def test_default_engine_starts_no_jvm(run: Run) -> None:
+def test_default_engine_starts_no_jvm(run: QueryRun) -> None:
     code = (
         "import sys; from revise.cli import main; "
         f"rc = main(['query', 'SELECT count(*) AS n FROM revision_history', '--delta-path', "
@@ -217,7 +191,7 @@ def test_default_engine_starts_no_jvm(run: Run) -> None:
 @pytest.mark.parametrize("sql", ["SELEC nonsense", "SELECT * FROM no_such_view",
                                  "SELECT no_such_column FROM final_windows"])
 def test_local_engine_bad_sql_exit_2_naming_the_views(
-    run: Run, capfd: pytest.CaptureFixture[str], sql: str
+    run: QueryRun, capfd: pytest.CaptureFixture[str], sql: str
 ) -> None:
     code, out, err = _cli(capfd, sql, "--delta-path", run.delta)
     assert code == 2, err
@@ -227,7 +201,7 @@ def test_local_engine_bad_sql_exit_2_naming_the_views(
 
 
 def test_local_engine_path_and_time_travel_errors_exit_2(
-    run: Run, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    run: QueryRun, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = _cli(capfd, "SELECT 1", "--delta-path", str(tmp_path / "nope"))
     assert code == 2 and "does not exist" in err and "revise run" in err
@@ -246,7 +220,7 @@ def test_local_engine_path_and_time_travel_errors_exit_2(
         assert "Traceback" not in e and len(e.strip().splitlines()) <= 3
 
 
-def test_compare_reads_and_writes_without_spark(run: Run, spark: SparkSession,
+def test_compare_reads_and_writes_without_spark(run: QueryRun, spark: SparkSession,
                                                 tmp_path: Path) -> None:
     # read: what compare's _read_delta gets from Spark, filtered to the run's query id
     spark_revs = spark.read.format("delta").load(f"{run.delta}/revisions").toPandas()
