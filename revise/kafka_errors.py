@@ -172,23 +172,33 @@ def probe_kafka(
         message, kind = explain_kafka_error(best, redactor=settings.redactor, context=context)
         raise KafkaAccessError(message, kind) from None
     for name in topics:
-        tmeta = md.topics.get(name)
-        if tmeta is None:  # a full listing omits topics the principal may not describe: ask
-            try:
-                tmeta = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
-            except KafkaException:
-                tmeta = None
-        if tmeta is not None and tmeta.error is not None:
-            if tmeta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                continue  # missing, not refused: revise creates its output topics
-            message, kind = explain_kafka_error(
-                tmeta.error, redactor=settings.redactor, context=f"{context}, topic {name!r}")
-            raise KafkaAccessError(message, kind)
+        if name in md.topics and md.topics[name].error is None:
+            continue
+        # A full listing omits topics the principal may not describe: ask for this one with
+        # DescribeTopics, which (unlike a per-topic Metadata request) never auto-creates it.
+        error = _describe_error(admin, name, timeout_s)
+        if error is None or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            continue  # there, or missing and not refused: revise creates its output topics
+        message, kind = explain_kafka_error(
+            error, redactor=settings.redactor, context=f"{context}, topic {name!r}")
+        raise KafkaAccessError(message, kind)
     return ClusterInfo(
         broker_ids=tuple(sorted(md.brokers)),
         topics_found=tuple(t for t in topics if t in md.topics),
         elapsed_s=time.monotonic() - start,
     )
+
+
+def _describe_error(admin: Any, name: str, timeout_s: float) -> Any:
+    """The KafkaError of describing topic ``name`` (None: described fine)."""
+    from confluent_kafka import KafkaException, TopicCollection
+
+    future = admin.describe_topics(TopicCollection([name]), request_timeout=timeout_s)[name]
+    try:
+        future.result(timeout_s)
+    except KafkaException as exc:
+        return exc.args[0] if exc.args else None
+    return None
 
 
 def _most_telling(errors: list[Any]) -> Any:
