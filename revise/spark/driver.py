@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING, Any
 from revise.errors import ConfigError
 from revise.jobconfig import JobConfig
 from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
-from revise.spark.failures import JobError, commit_failure, failure_message
+from revise.spark.failures import (
+    JobError,
+    checkpoint_taken_over,
+    commit_failure,
+    failure_message,
+)
 from revise.spark.session import spark_session, sql_setting
 from revise.spark.stream import build_stream, write_close_all
 from sinks.delta_tables import DeltaTables
@@ -275,13 +280,20 @@ class JobDriver:
         exc = self.query.exception()
         if exc is None:
             return
+        text = str(exc).strip()
         if isinstance(self.committer.error, ProducerFencedError):
             msg = (
                 f"this instance of query {self.cfg.query_id!r} was fenced: another instance "
                 "with the same --query-id took over; this one stops"
             )
             raise ProducerFencedError(msg) from None
-        text = str(exc).strip()
+        if checkpoint_taken_over(text):
+            msg = (
+                f"this instance of query {self.cfg.query_id!r} was fenced: another instance "
+                f"wrote the next micro-batch to --checkpoint {self.cfg.checkpoint} first "
+                "(Spark refused this one's write); this one stops, nothing it did is committed"
+            )
+            raise ProducerFencedError(msg) from None
         raise JobError(failure_message(self.cfg, text or repr(exc)))
 
     def _bounded_done(self, progress: dict[str, Any] | None) -> bool:

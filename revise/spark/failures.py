@@ -17,7 +17,13 @@ from revise.jobconfig import JobConfig
 from sinks.kafka import ProducerFencedError
 from sinks.kafka.admin import topic_exists
 
-__all__ = ["JobError", "commit_failure", "failure_message", "root_cause"]
+__all__ = [
+    "JobError",
+    "checkpoint_taken_over",
+    "commit_failure",
+    "failure_message",
+    "root_cause",
+]
 
 _LOW_SPACE_BYTES = 16 * 1024 * 1024
 
@@ -39,6 +45,18 @@ def commit_failure(cfg: JobConfig, error: BaseException | None) -> ReviseError |
     reason = root_cause(str(error)) or type(error).__name__
     msg = f"committing a micro-batch failed ({reason}); fix the cause and restart to replay it"
     return JobError(_disk_full_hint(cfg, str(error)) or msg)
+
+
+def checkpoint_taken_over(text: str) -> bool:
+    """Whether Spark refused this query's checkpoint write because another query wrote it first.
+
+    Two instances of one query on one ``--checkpoint`` race for each micro-batch's offset-log
+    entry; the loser's rename fails (``FileAlreadyExistsException``) and Spark stops it with
+    ``SparkConcurrentModificationException``. That is fencing by the checkpoint, the twin of
+    fencing by the transactional producer: whichever check a woken zombie meets first stops it.
+    """
+    return ("SparkConcurrentModificationException" in text
+            or "Multiple streaming queries are concurrently using" in text)
 
 
 def root_cause(text: str) -> str:
