@@ -7,7 +7,6 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -16,9 +15,6 @@ from revise.compare.metrics import GraceOutcome, Percentiles, Volume
 from revise.compare.plots import PLOTS, plot
 from revise.config import format_duration
 from revise.vocab import Mode
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 __all__ = ["Comparison", "ModeReport", "format_table", "write"]
 
@@ -151,18 +147,21 @@ def _at(acc: pd.DataFrame, d: int) -> pd.Series | None:
     return None if sel.empty else sel.iloc[-1]
 
 
-def write(c: Comparison, spark: SparkSession) -> None:
-    """Write ``comparison.json``, ``windows.csv``, the plots and the ``comparisons`` rows."""
+def write(c: Comparison) -> None:
+    """Write ``comparison.json``, ``windows.csv``, the plots and the ``comparisons`` rows.
+
+    The rows are appended to ``<delta-path>/comparisons`` with delta-rs, in the schema Spark
+    wrote them with before (:data:`revise.query.local.COMPARISONS_SCHEMA`), so tables written
+    by either read alike.
+    """
+    from revise.query.local import COMPARISONS_SCHEMA, append_frame
+
     c.output.mkdir(parents=True, exist_ok=True)
     c.json_path.write_text(json.dumps(c.to_dict(), indent=2, allow_nan=False,
                                       default=_json_default) + "\n")
     c.windows.to_csv(c.output / "windows.csv", index=False)
     plot(c)
-    rows = c.metric_rows()
-    schema = ("run_id STRING, created_at_ms BIGINT, mode STRING, section STRING, "
-              "metric STRING, value DOUBLE")
-    (spark.createDataFrame(rows, schema=schema).write.format("delta").mode("append")
-     .save(f"{c.delta_path}/comparisons"))
+    append_frame(f"{c.delta_path}/comparisons", c.metric_rows(), COMPARISONS_SCHEMA)
 
 
 def _json_default(o: object) -> object:

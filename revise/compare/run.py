@@ -112,11 +112,11 @@ def run_compare(
         seconds[mode] = time.monotonic() - t0
         echo(f"{mode} mode: done in {seconds[mode]:.0f}s")
 
-    # 3. gather and compute
-    comparison = _compute(cfg, spark, topics, seconds, progress, out)
+    # 3. gather and compute (the Delta tables read in-process with delta-rs, no Spark job)
+    comparison = _compute(cfg, topics, seconds, progress, out)
 
-    # 4. write
-    write(comparison, spark)
+    # 4. write (the comparisons rows appended with delta-rs)
+    write(comparison)
     return comparison
 
 
@@ -201,10 +201,6 @@ def _run_at_rate(
     run_job(replace(job, once=True), spark=spark, timeout_s=timeout_s,
             on_progress=_collect_offset_ranges(ranges))
     return ranges
-
-
-def _read_delta(spark: SparkSession, path: str) -> pd.DataFrame:
-    return spark.read.format("delta").load(path).toPandas()
 
 
 def _arrivals(bootstrap: str, topic: str) -> pd.DataFrame:
@@ -314,9 +310,17 @@ def _grid(summaries: Sequence[pd.DataFrame], window: WindowSpec, grace_ms: int) 
 
 # Longer than ~60 lines: read both modes, then one report per mode, then the what-if.
 def _compute(
-    cfg: CompareConfig, spark: SparkSession, topics: dict[str, str], seconds: dict[str, float],
+    cfg: CompareConfig, topics: dict[str, str], seconds: dict[str, float],
     progress: dict[str, list[dict[str, Any]]], out: Path,
 ) -> Comparison:
+    """Read both runs' outputs and compute the figures of :mod:`revise.compare.metrics`.
+
+    The runs' ``revisions``, ``late`` and ``dead_letter`` tables are read with delta-rs
+    (:func:`revise.query.local.read_table`, filtered to the run's query id while reading):
+    the same frames Spark's ``toPandas`` gives, without a Spark job per table.
+    """
+    from revise.query.local import read_table
+
     revisions: dict[str, pd.DataFrame] = {}
     summaries: dict[str, pd.DataFrame] = {}
     lates: dict[str, pd.DataFrame] = {}
@@ -325,12 +329,9 @@ def _compute(
     for mode in MODES:
         root = f"{cfg.delta_path}/{mode}"
         qid = cfg.query_id(mode)
-        revs = _read_delta(spark, f"{root}/revisions")
-        revisions[mode] = revs[revs["query_id"] == qid].reset_index(drop=True)
-        late = _read_delta(spark, f"{root}/late")
-        lates[mode] = late[late["query_id"] == qid].reset_index(drop=True)
-        dl = _read_delta(spark, f"{root}/dead_letter")
-        dead[mode] = int((dl["query_id"] == qid).sum())
+        revisions[mode] = read_table(f"{root}/revisions", query_id=qid)
+        lates[mode] = read_table(f"{root}/late", query_id=qid)
+        dead[mode] = len(read_table(f"{root}/dead_letter", query_id=qid))
         arrivals[mode] = _arrivals(cfg.bootstrap_servers, topics[mode])
         real = revisions[mode]["watermark_ms"]
         real = real[real > 0]

@@ -122,7 +122,12 @@ def test_comparisons_delta_table(
     compared: tuple[Path, dict[str, Any], str], spark: SparkSession
 ) -> None:
     _, doc, _ = compared
-    rows = spark.read.format("delta").load(doc["files"]["comparisons_table"]).toPandas()
+    table = spark.read.format("delta").load(doc["files"]["comparisons_table"])
+    # written by delta-rs, read by Spark with the schema compare always had
+    assert table.schema.simpleString() == ("struct<run_id:string,created_at_ms:bigint,"
+                                           "mode:string,section:string,metric:string,"
+                                           "value:double>")
+    rows = table.toPandas()
     mine = rows[rows["run_id"] == doc["run_id"]]
     assert set(mine["mode"]) == {"revision", "watermark", "both"}
     got = {(m, s, k): v for m, s, k, v
