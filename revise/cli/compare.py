@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from revise.cli.args import (
     add_engine_options,
@@ -18,8 +18,10 @@ from revise.cli.args import (
     maybe_float,
     maybe_int,
 )
-from revise.compare import CompareConfig, format_table, run_compare
 from revise.errors import ConfigError
+
+if TYPE_CHECKING:  # revise.compare (pandas, the engine, metrics) loads when compare runs
+    from revise.compare import CompareConfig
 
 __all__ = ["add_parser", "cmd_compare", "config_from_args"]
 
@@ -59,6 +61,8 @@ def add_parser(sub: Any) -> None:
 
 def config_from_args(args: argparse.Namespace) -> CompareConfig:
     """Build the :class:`~revise.compare.CompareConfig` of ``revise compare``'s arguments."""
+    from revise.compare import CompareConfig
+
     bootstrap = embedded_bootstrap(args.bootstrap_servers, start=True)
     events = maybe_int(args.events, "--events")
     if args.input_topic and events is not None:
@@ -83,6 +87,8 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """``revise compare``: run both modes, print the table, write the files."""
+    from revise.compare import format_table, run_compare
+
     cfg = config_from_args(args)
     c = run_compare(cfg, echo=lambda s: print(s, flush=True))
     print()
