@@ -92,6 +92,7 @@ def test_quickstart_runs(kernel_env: Path) -> None:
         assert timing in text  # the timing table and the timeline's revisions
     assert "too_late" in text and "reason" in text  # late records and dead letters
     assert "at version 0:   0" in text  # time travel: nothing reported at creation
+    assert "highest" in text  # the same SQL in-process and on Spark (the cell asserts equal)
     assert _pngs(nb) >= 1  # the timeline
 
 
@@ -102,6 +103,7 @@ def test_compare_modes_runs(kernel_env: Path) -> None:
     assert "revisions per window" in text and "what a larger grace would have kept" in text
     assert "finals_changed" in text  # the what-if table
     assert "first_result_p50" in text  # read back from the comparisons Delta table
+    assert "highest" in text  # a run's views in-process and on Spark (the cell asserts equal)
     assert _pngs(nb) == 3
 
 
