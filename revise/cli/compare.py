@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from revise.cli.args import (
     add_engine_options,
@@ -18,9 +18,11 @@ from revise.cli.args import (
     maybe_int,
 )
 from revise.cli.kafka import kafka_settings
-from revise.compare import CompareConfig, format_table, run_compare
 from revise.errors import ConfigError
 from revise.kafka_config import add_kafka_arguments
+
+if TYPE_CHECKING:  # revise.compare (pandas, the engine, metrics) loads when compare runs
+    from revise.compare import CompareConfig
 
 __all__ = ["add_parser", "cmd_compare", "config_from_args"]
 
@@ -61,6 +63,8 @@ def add_parser(sub: Any) -> None:
 
 def config_from_args(args: argparse.Namespace) -> CompareConfig:
     """Build the :class:`~revise.compare.CompareConfig` of ``revise compare``'s arguments."""
+    from revise.compare import CompareConfig
+
     events = maybe_int(args.events, "--events")
     if args.input_topic and events is not None:
         msg = "give --input-topic or --events, not both"
@@ -86,6 +90,8 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """``revise compare``: run both modes, print the table, write the files."""
+    from revise.compare import format_table, run_compare
+
     cfg = config_from_args(args)
     c = run_compare(cfg, echo=lambda s: print(s, flush=True))
     print()

@@ -20,13 +20,16 @@ What it does, in order:
    that mode's job runs unbounded (starting after its first micro-batch, so the job's start-up
    is not counted); once the job has read everything, it is stopped and restarted
    bounded on the same checkpoint to close the remaining windows.
-3. Reads both runs' Delta ``revisions``/``late``/``dead_letter`` tables, the committed changelog
+3. Reads both runs' Delta ``revisions``/``late``/``dead_letter`` tables (in-process with
+   delta-rs; Spark only runs the two jobs), the committed changelog
    (for the bytes written) and the input topic (for the records' Kafka timestamps), and
    computes the figures of :mod:`revise.compare.metrics` per window and in total.
 4. Prints a side-by-side table; writes ``comparison.json``, ``windows.csv`` and three PNG plots
    (``latency_cdf.png``, ``accuracy_over_time.png``, ``revisions_per_window.png``) into
    ``--output``, and appends the totals to the Delta table ``<delta-path>/comparisons``
-   (one row per ``run_id, mode, section, metric, value``).
+   (one row per ``run_id, mode, section, metric, value``; written with delta-rs in the schema
+   Spark reads as ``run_id STRING, created_at_ms BIGINT, mode STRING, section STRING,
+   metric STRING, value DOUBLE``).
 
 How latency is measured:
 

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from revise.compare.metrics import GraceOutcome, Percentiles, Volume
 from revise.compare.plots import PLOTS, plot
 from revise.config import format_duration
-from revise.query.local import append_frame
+from revise.query.local import COMPARISONS_SCHEMA, append_frame
 from revise.vocab import Mode
 
 __all__ = ["Comparison", "ModeReport", "format_table", "write"]
@@ -150,21 +149,18 @@ def _at(acc: pd.DataFrame, d: int) -> pd.Series | None:
 
 
 def write(c: Comparison) -> None:
-    """Write ``comparison.json``, ``windows.csv``, the plots and the ``comparisons`` rows."""
+    """Write ``comparison.json``, ``windows.csv``, the plots and the ``comparisons`` rows.
+
+    The rows are appended to ``<delta-path>/comparisons`` with delta-rs, in the schema Spark
+    wrote them with before (:data:`revise.query.local.COMPARISONS_SCHEMA`), so tables written
+    by either read alike.
+    """
     c.output.mkdir(parents=True, exist_ok=True)
     c.json_path.write_text(json.dumps(c.to_dict(), indent=2, allow_nan=False,
                                       default=_json_default) + "\n")
     c.windows.to_csv(c.output / "windows.csv", index=False)
     plot(c)
-    # delta-rs from this process; Spark reads the table back with the same schema.
     append_frame(f"{c.delta_path}/comparisons", c.metric_rows(), COMPARISONS_SCHEMA)
-
-
-COMPARISONS_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("created_at_ms", pa.int64()), ("mode", pa.string()),
-    ("section", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
-])
-"""The ``comparisons`` Delta table: one row per (run, mode, section, metric)."""
 
 
 def _json_default(o: object) -> object:

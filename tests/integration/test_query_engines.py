@@ -175,17 +175,27 @@ def test_cli_prints_the_same_on_both_engines(run: QueryRun, capfd: pytest.Captur
     assert len(outs[1].strip().splitlines()) >= 20
 
 
-def test_default_engine_starts_no_jvm(run: QueryRun) -> None:
+def _query_in_fresh_process(delta: str, absent: str) -> None:
+    """``revise query`` (default engine) in a new interpreter; ``absent`` must not be imported."""
     code = (
         "import sys; from revise.cli import main; "
         f"rc = main(['query', 'SELECT count(*) AS n FROM revision_history', '--delta-path', "
-        f"{run.delta!r}, '--format', 'json']); "
-        "assert rc == 0; assert 'pyspark' not in sys.modules, 'pyspark was imported'"
+        f"{delta!r}, '--format', 'json']); "
+        f"assert rc == 0; assert {absent!r} not in sys.modules, '{absent} was imported'"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["n"] == len(read_table(f"{run.delta}/revisions"))
+    assert json.loads(done.stdout)["n"] == len(read_table(f"{delta}/revisions"))
+
+
+def test_default_engine_starts_no_jvm(run: QueryRun) -> None:
+    _query_in_fresh_process(run.delta, "pyspark")
+
+
+def test_default_engine_loads_no_kafka_client(run: QueryRun) -> None:
+    # a cold `revise query` pays for no Kafka client (librdkafka) it does not use
+    _query_in_fresh_process(run.delta, "confluent_kafka")
 
 
 @pytest.mark.parametrize("sql", ["SELEC nonsense", "SELECT * FROM no_such_view",
