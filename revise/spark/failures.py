@@ -14,6 +14,7 @@ import shutil
 
 from revise.errors import ReviseError
 from revise.jobconfig import JobConfig
+from revise.kafka_errors import explain_kafka_error
 from sinks.kafka import ProducerFencedError
 from sinks.kafka.admin import topic_exists
 
@@ -26,6 +27,8 @@ __all__ = [
 ]
 
 _LOW_SPACE_BYTES = 16 * 1024 * 1024
+_ACCESS_KINDS = ("authentication failed", "not authorized", "TLS handshake failed")
+"""Kinds of :func:`~revise.kafka_errors.explain_kafka_error` that name an access problem."""
 
 
 class JobError(ReviseError, RuntimeError):
@@ -95,6 +98,9 @@ def failure_message(cfg: JobConfig, text: str) -> str:
     hint = _disk_full_hint(cfg, text)
     if hint is not None:
         return hint
+    access = _kafka_access_failure(cfg, first)
+    if access is not None:
+        return access
     gone = "UnknownTopicOrPartition" in text or topic_exists(
         cfg.bootstrap_servers, cfg.input_topic,
         client_config=cfg.kafka_settings.admin_conf()) is False
@@ -106,3 +112,18 @@ def failure_message(cfg: JobConfig, text: str) -> str:
             "offsets) and restart, or start over with a new --checkpoint and --query-id"
         )
     return f"the streaming query failed: {first}"
+
+
+def _kafka_access_failure(cfg: JobConfig, cause: str) -> str | None:
+    """The Kafka access problem (credentials, ACLs, TLS) that stopped the query, if one did.
+
+    The preflight probe catches these before Spark starts; this is for access lost while the
+    job runs (a rotated password, a revoked ACL, an expired certificate), which Spark's Kafka
+    source reports as a Java exception deep in its stack.
+    """
+    message, kind = explain_kafka_error(
+        cause, redactor=cfg.kafka_settings.redactor, context="the job's Kafka source")
+    if not kind.startswith(_ACCESS_KINDS):
+        return None
+    return (f"{message}; every committed micro-batch is intact: fix the access and restart, "
+            "the uncommitted one is redone")

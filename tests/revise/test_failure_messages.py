@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from revise.spark.failures import checkpoint_taken_over, root_cause
+from pathlib import Path
+
+from revise.config import EngineConfig, WindowSpec
+from revise.jobconfig import JobConfig
+from revise.kafka_config import KafkaSettings
+from revise.redact import Redactor
+from revise.spark.failures import checkpoint_taken_over, failure_message, root_cause
 
 # Printed by a woken zombie in CI (2026-11-23): its offset-log write lost the race to the
 # instance that had taken over the checkpoint.
@@ -29,3 +35,33 @@ def test_root_cause_is_the_innermost_cause_else_the_first_line():
     assert root_cause(_LOST_TOPIC).startswith("org.apache.kafka.common.errors.Unknown")
     assert root_cause("first line\nsecond") == "first line"
     assert root_cause("") == ""
+
+
+
+def _cfg(tmp_path: Path, secret: str) -> JobConfig:
+    kafka = KafkaSettings(None, redactor=Redactor.of([secret]))
+    return JobConfig(bootstrap_servers="127.0.0.1:1", input_topic="in", changelog_topic="out",
+                     delta_path=str(tmp_path / "d"), checkpoint=str(tmp_path / "c"),
+                     engine=EngineConfig(window=WindowSpec.parse("tumbling:10s"), grace_ms=0,
+                                         query_id="q"), kafka=kafka)
+
+
+def test_kafka_access_lost_mid_run_is_explained_with_the_fix(tmp_path: Path):
+    secret = "s3cret-Passw0rd"
+    text = (
+        "org.apache.spark.SparkException: Job aborted.\n"
+        "Caused by: org.apache.kafka.common.errors.SaslAuthenticationException: Authentication "
+        f"failed during authentication due to invalid credentials with SASL mechanism "
+        f"SCRAM-SHA-512 (password {secret})"
+    )
+    msg = failure_message(_cfg(tmp_path, secret), text)
+    assert msg.startswith("the job's Kafka source: authentication failed")
+    assert "sasl.username / sasl.password" in msg and "restart" in msg
+    assert secret not in msg and "***" in msg
+
+
+def test_an_acl_revoked_mid_run_names_the_topic_and_the_grant(tmp_path: Path):
+    text = ("Caused by: org.apache.kafka.common.errors.TopicAuthorizationException: Not "
+            "authorized to access topics: [events]")
+    msg = failure_message(_cfg(tmp_path, "unused-secret"), text)
+    assert "not authorized on topic" in msg and "kafka-acls" in msg and "events" in msg
