@@ -142,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``revise run``."""
     if args.print_config:
         settings = kafka_settings(args, probe=False)
-        from sinks.kafka.writer import DEFAULT_PRODUCER_CONFIG
+        from sinks.kafka.changelog_config import DEFAULT_PRODUCER_CONFIG
 
         print(render_client_configs(settings, revise_client_configs(
             settings, query_id=args.query_id, producer_defaults=DEFAULT_PRODUCER_CONFIG)))

@@ -2,7 +2,7 @@
 
 - :mod:`sinks.kafka.writer` — :class:`TransactionalChangelog`: one transaction per micro-batch
   (revisions, too-late records, dead letters and a progress marker); the guarantee is stated
-  there.
+  there; its settings and progress markers are :mod:`sinks.kafka.changelog_config`.
 - :mod:`sinks.kafka.codec` — the JSON of keys and values (SPEC §4, §6), encode and decode.
 - :mod:`sinks.kafka.reader` — reading a topic to its end as ``read_committed``.
 - :mod:`sinks.kafka.admin` — creating output topics, end offsets of the input.
@@ -12,6 +12,13 @@
 from __future__ import annotations
 
 from sinks.kafka.admin import create_topics, end_offsets, ensure_compacted_topic, ensure_topics
+from sinks.kafka.changelog_config import (
+    DEFAULT_PRODUCER_CONFIG,
+    PROGRESS_TOPIC,
+    ChangelogConfig,
+    CommitResult,
+    Progress,
+)
 from sinks.kafka.codec import (
     decode_dead_letter,
     decode_late,
@@ -29,14 +36,7 @@ from sinks.kafka.errors import (
 )
 from sinks.kafka.logs import client_logging
 from sinks.kafka.reader import read_committed
-from sinks.kafka.writer import (
-    DEFAULT_PRODUCER_CONFIG,
-    PROGRESS_TOPIC,
-    ChangelogConfig,
-    CommitResult,
-    Progress,
-    TransactionalChangelog,
-)
+from sinks.kafka.writer import TransactionalChangelog
 
 __all__ = [
     "DEFAULT_PRODUCER_CONFIG",
