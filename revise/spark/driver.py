@@ -265,8 +265,17 @@ class JobDriver:
             time.sleep(0.2)
 
     def _absorb(self) -> None:
-        """Account the progress reports of batches not seen yet."""
-        for progress in self.query.recentProgress:
+        """Account the progress reports of batches not seen yet.
+
+        Polled every 200 ms: ``lastProgress`` is one report over py4j; ``recentProgress`` (up to
+        100, each re-parsed from JSON) is read only when more than one batch finished since the
+        last poll, so an idle or steady driver does not parse 500 reports a second.
+        """
+        last = self.query.lastProgress
+        if last is None or last.get("batchId") is None or last["batchId"] <= self.last_batch_id:
+            return
+        news = [last] if last["batchId"] == self.last_batch_id + 1 else self.query.recentProgress
+        for progress in news:
             bid = progress.get("batchId")
             if bid is None or bid <= self.last_batch_id:
                 continue
