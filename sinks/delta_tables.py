@@ -76,6 +76,16 @@ _PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
 }
 COMPACT_LATEST_EVERY: Final = 50
 """Compact ``latest``'s small files after this many MERGEs (each MERGE adds a few files)."""
+RELOAD_EVERY: Final = 50
+"""Re-open a table from its log after this many incremental updates of the cached one.
+
+delta-rs's ``update_incremental`` keeps what it read of every new commit: the driver's memory
+grew ~300 KiB per micro-batch and each write got slower (700 batches through the four tables:
++208 MiB and 69 s; re-opened every 50: +73 MiB and 38 s, most of it in the first 100 batches;
+``python -m benchmarks.bench_delta_memory``). A fresh open reads the newest Delta checkpoint
+(every 10–20 commits) and the few JSON commits after it.
+"""
+
 
 class DeltaWriteError(ReviseError, RuntimeError):
     """A Delta write of a micro-batch failed (the batch is safe to replay)."""
@@ -127,6 +137,7 @@ class DeltaTables:
         self.storage_options = dict(storage_options) if storage_options else None
         self.last_timings: WriteTimings | None = None
         self._tables: dict[str, RustDeltaTable] = {}
+        self._updates: dict[str, int] = {}
         self._merges = 0
 
     def table_path(self, table: str) -> str:
@@ -238,11 +249,14 @@ class DeltaTables:
         from deltalake import DeltaTable
 
         dt_ = self._tables.get(table)
-        if dt_ is None:
+        updates = self._updates.get(table, 0)
+        if dt_ is None or updates >= RELOAD_EVERY:
             dt_ = DeltaTable(self.table_path(table), storage_options=self.storage_options)
             self._tables[table] = dt_
+            self._updates[table] = 0
         else:
             dt_.update_incremental()
+            self._updates[table] = updates + 1
         return dt_
 
     def _idempotent(

@@ -245,6 +245,30 @@ def test_latest_is_compacted_without_changing_its_rows(
     assert _latest(spark, tables)[("a", 3, 10_003)] == 0
 
 
+def test_tables_reopened_from_the_log_keep_replays_skipped_and_rows_whole(
+    spark, delta_path, frames, make_revision, make_late, monkeypatch,
+):
+    import sinks.delta_tables as delta_tables
+
+    monkeypatch.setattr(delta_tables, "RELOAD_EVERY", 2)  # re-open after 2 incremental updates
+    tables = DeltaTables(str(delta_path)).ensure()
+    opened: list[object] = []  # held, so that no two share an id()
+    for b in range(7):
+        tables.write_batch("q", b, frames.revisions([make_revision(k, 0, 10_000, b, batch_id=b)
+                                                     for k in "ab"]),
+                           frames.late([make_late("a", b, batch_id=b)]), frames.dead())
+        if not any(t is tables._tables["revisions"] for t in opened):
+            opened.append(tables._tables["revisions"])
+    assert len(opened) >= 3  # the cached table object was replaced, not only updated
+    before = _snapshot(spark, tables)
+    for b in (6, 5, 2):  # replays after re-opens are still recognised
+        tables.write_batch("q", b, frames.revisions([make_revision("a", 0, 10_000, 99)]),
+                           frames.late([make_late("z", b)]), frames.dead())
+    assert _snapshot(spark, tables) == before
+    assert len(before["revisions"][1]) == 14 and len(before["late"][1]) == 7
+    assert _latest(spark, tables) == {("a", 0, 10_000): 6, ("b", 0, 10_000): 6}
+
+
 def test_highest_per_window_keeps_one_row_per_window(make_revision):
     from sinks.delta_tables import highest_per_window
 

@@ -1,0 +1,95 @@
+"""The driver's memory and time writing many micro-batches to the Delta tables.
+
+Run: ``python -m benchmarks.bench_delta_memory [--batches 700] [--rows 60]
+[--reload-every 50 1000000]``.
+
+For each ``--reload-every`` value (side by side, each in a fresh process so that one's heap does
+not hide the other's), writes ``--batches`` micro-batches of ``--rows`` revisions (windows of 10
+batches, revisions 0–9, no late records or dead letters) through :class:`sinks.delta_tables.
+DeltaTables` into fresh tables, exactly as the job's committer does (three appends skipped as
+empty or written, one MERGE into ``latest``), with
+:data:`sinks.delta_tables.RELOAD_EVERY` set to the value (1000000: never re-open, delta-rs's
+``update_incremental`` only). Prints the process's resident memory every 100 batches and the
+wall time: a long-running job's driver must stay flat (issue 11's soak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["main"]
+
+MIB = 1024 * 1024
+
+
+def revisions(batch: int, rows: int) -> pa.Table:
+    """``rows`` revisions of batch ``batch`` in the revisions schema (all windows EARLY)."""
+    from revise.records import REVISION_SCHEMA
+
+    rng = np.random.default_rng(batch)
+    cols: dict[str, pa.Array] = {}
+    ints = {"window_start_ms": (batch // 10) * 10_000, "window_end_ms": (batch // 10 + 1) * 10_000,
+            "revision": batch % 10}
+    for f in REVISION_SCHEMA:
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+            text = {"timing": "EARLY", "mode": "revision"}.get(f.name, "q")
+            values = [f"k{i:04d}" for i in range(rows)] if f.name == "key" else [text] * rows
+            cols[f.name] = pa.array(values, f.type)
+        elif pa.types.is_boolean(f.type):
+            cols[f.name] = pa.array([False] * rows)
+        elif pa.types.is_integer(f.type):
+            cols[f.name] = pa.array([ints.get(f.name, batch)] * rows, f.type)
+        else:
+            cols[f.name] = pa.array(rng.random(rows), f.type)
+    return pa.table(cols, schema=REVISION_SCHEMA)
+
+
+def one(batches: int, rows: int, reload_every: int) -> None:
+    """Write the batches in this process and print its RSS every 100 batches."""
+    import psutil
+
+    import sinks.delta_tables as delta
+    from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA
+
+    delta.RELOAD_EVERY = reload_every
+    tables = delta.DeltaTables(tempfile.mkdtemp(prefix="revise-bench-delta-")).ensure()
+    late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
+    proc, t0 = psutil.Process(), time.perf_counter()
+    first = None
+    for b in range(batches):
+        tables.write_batch("bench", b, revisions(b, rows), late, dead)
+        if b % 100 == 99 or b == batches - 1:
+            rss = proc.memory_info().rss / MIB
+            first = rss if first is None else first
+            print(f"reload_every={reload_every:>7} batch={b + 1:>5} rss_mib={rss:7.1f} "
+                  f"since_batch_100={rss - first:+6.1f} seconds={time.perf_counter() - t0:6.1f}",
+                  flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: one child process per ``--reload-every`` value, in turn."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--batches", type=int, default=700)
+    ap.add_argument("--rows", type=int, default=60, help="revisions per micro-batch")
+    ap.add_argument("--reload-every", type=int, nargs="+", default=[50, 1_000_000])
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child is not None:
+        one(a.batches, a.rows, a.child)
+        return 0
+    for every in a.reload_every:
+        subprocess.run([sys.executable, "-m", "benchmarks.bench_delta_memory", "--batches",
+                        str(a.batches), "--rows", str(a.rows), "--child", str(every)], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
