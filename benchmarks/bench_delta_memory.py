@@ -59,7 +59,7 @@ def one(batches: int, rows: int, reload_every: int) -> None:
     import sinks.delta_tables as delta
     from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA
 
-    delta.RELOAD_EVERY = reload_every
+    delta.RELOAD_EVERY = reload_every  # type: ignore[misc]  # the knob under test
     tables = delta.DeltaTables(tempfile.mkdtemp(prefix="revise-bench-delta-")).ensure()
     late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
     proc, t0 = psutil.Process(), time.perf_counter()

@@ -80,7 +80,7 @@ class Feeder(threading.Thread):
     """Writes records at a steady rate; remembers when each window's first record went out."""
 
     def __init__(self, bootstrap: str, topic: str, rate: float, keys: int, window_ms: int,
-                 disorder_ms: int, seed: int) -> None:
+                 disorder_ms: int, seed: int, *, track_windows: bool = False) -> None:
         super().__init__(daemon=True, name="soak-feeder")
         self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
         self.keys, self.window_ms, self.disorder_ms = keys, window_ms, disorder_ms
@@ -89,6 +89,10 @@ class Feeder(threading.Thread):
         self.first_ms: dict[tuple[str, int], int] = {}  # (key, window_start_ms) -> Kafka ts
         self.produced = 0
         self.lock = threading.Lock()
+        # With track_windows: (key, window_start_ms) -> records and Kafka ts of the last one.
+        self.track_windows = track_windows
+        self.counts: dict[tuple[str, int], int] = {}
+        self.last_ms: dict[tuple[str, int], int] = {}
 
     def run(self) -> None:
         """Produce until stopped, ``rate`` records/s in 50 ms slices."""
@@ -109,6 +113,9 @@ class Feeder(threading.Thread):
                 ws = ts - ts % self.window_ms
                 with self.lock:
                     self.first_ms.setdefault((key, ws), now)
+                    if self.track_windows:
+                        self.counts[key, ws] = self.counts.get((key, ws), 0) + 1
+                        self.last_ms[key, ws] = now
                 self.produced += 1
             p.poll(0)
             time.sleep(0.05)

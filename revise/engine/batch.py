@@ -18,7 +18,7 @@ import pandas as pd
 
 from revise.engine.aggplan import AggPlan
 from revise.errors import ReviseError
-from revise.records import LateBatch, RevisionBatch
+from revise.record_batches import LateBatch, RevisionBatch
 from revise.vocab import MAX_TS_MS
 from windows.sketches import hash_strings
 

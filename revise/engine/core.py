@@ -27,7 +27,7 @@ from revise.engine.state import (
     unique_sorted,
 )
 from revise.errors import ReviseError
-from revise.records import LateBatch, RevisionBatch
+from revise.record_batches import LateBatch, RevisionBatch
 from windows import HoppingAssigner, TumblingAssigner, WindowAssigner
 
 __all__ = ["Engine", "WatermarkRegression"]

@@ -19,7 +19,8 @@ from revise.config import EngineConfig
 from revise.engine.aggplan import AggPlan, Sketches
 from revise.engine.batch import IntArray
 from revise.engine.state import KeyTable, WindowTable
-from revise.records import AGG_FIELDS, RevisionBatch
+from revise.record_batches import RevisionBatch
+from revise.records import AGG_FIELDS
 from revise.vocab import TIMINGS
 from windows import State
 from windows.sketches import SlotTable

@@ -20,7 +20,7 @@ from revise.engine.aggplan import Sketches
 from revise.engine.batch import FloatArray, InputBatch, IntArray, Step, late_records, value_ranks
 from revise.engine.emitter import Emitter, emit_rows
 from revise.engine.state import WindowTable
-from revise.records import LateBatch
+from revise.record_batches import LateBatch
 from windows import State, WindowAssigner, segment_starts
 
 __all__ = ["process_fixed"]

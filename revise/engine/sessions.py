@@ -22,7 +22,7 @@ from revise.engine.aggplan import Sketches
 from revise.engine.batch import InputBatch, IntArray, Step, late_records, value_ranks
 from revise.engine.emitter import Emitter, emit_changed
 from revise.engine.state import WindowTable, unique_sorted
-from revise.records import LateBatch
+from revise.record_batches import LateBatch
 from windows import State, merge_spans, segment_starts
 from windows.sketches import SlotTable
 

@@ -508,16 +508,17 @@ def _invalid_json(raw: bytes) -> bool:
 
 
 class CliRun:
-    """``python -m revise <args>`` in its own process group (so the JVM dies with it)."""
+    """``python -m revise <args>`` (or another ``module``) in its own process group (so the JVM
+    dies with it)."""
 
     def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
-                 log: Path) -> None:
+                 log: Path, module: str = "revise") -> None:
         full_env = {k: v for k, v in os.environ.items() if k != "REVISE_CRASH_AT"}
         full_env.update(env or {})
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "revise", *args], cwd=cwd, env=full_env,
+            [sys.executable, "-m", module, *args], cwd=cwd, env=full_env,
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 

@@ -12,15 +12,14 @@ from hypothesis import strategies as st
 
 from revise.config import EngineConfig, WindowSpec, format_duration, parse_aggs, parse_duration
 from revise.errors import ConfigError
+from revise.record_batches import LateBatch, RevisionBatch
 from revise.records import (
     DEAD_LETTER_SCHEMA,
     LATE_SCHEMA,
     REVISION_SCHEMA,
     DeadLetter,
-    LateBatch,
     LateRecord,
     Revision,
-    RevisionBatch,
 )
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from revise.config import EngineConfig
 from revise.engine import Engine
 from revise.local import run_batches
-from revise.records import RevisionBatch
+from revise.record_batches import RevisionBatch
 from windows import WatermarkTracker
 
 SETTINGS = settings(max_examples=300, deadline=None,

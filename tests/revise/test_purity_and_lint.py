@@ -30,7 +30,8 @@ def test_core_imports_with_spark_and_kafka_blocked():
         "assert len(outs[-1].revisions) == 1\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('revise', 'sinks') and\n"
         "       m not in ('revise', 'revise.local', 'revise.records', 'revise.vocab',\n"
-        "                 'revise.config', 'revise.errors', 'revise.aggspec') and\n"
+        "                 'revise.record_batches', 'revise.config', 'revise.errors',\n"
+        "                 'revise.aggspec') and\n"
         "       not m.startswith('revise.engine')]\n"
         "assert not bad, bad\n"
     )

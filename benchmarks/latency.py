@@ -1,0 +1,246 @@
+"""Latency: how soon a window's first result and its final value reach Kafka (issue 12, item 3).
+
+``python -m benchmarks.latency --rate 1000 --minutes 2 [--systems revise native]``
+
+For each system in turn, on a fresh input and output topic of the embedded broker (or
+``--bootstrap-servers``): starts the job unbounded with the default 1 s trigger, waits until it
+has run its first micro-batch, then produces ``--rate`` records/s for ``--minutes`` (the soak's
+feeder: ``--keys`` keys, event time = wall clock minus up to ``--disorder-ms``, Kafka timestamp =
+send time), then lets the job run idle for ``--idle-s`` seconds and stops it.
+
+- ``revise``: ``revise run`` in revision mode, exactly-once changelog and Delta tables.
+- ``native``: Spark's own update-mode aggregation (``from_json``, ``withWatermark`` = grace,
+  ``groupBy(window, key)`` with count and sum, RocksDB state store) writing each updated row to
+  Kafka with Spark's Kafka sink (at-least-once), same trigger.
+
+Figures, per system, over the windows whose first record was sent while feeding:
+
+- first-result latency: Kafka timestamp of a window's first input record → the first result
+  for the window (revise: ``emitted_at_ms`` of revision 0, stamped when its micro-batch commits;
+  native: the Kafka timestamp of its first output row, i.e. when Spark's sink sent it);
+- final-value latency: Kafka timestamp of the window's last input record → the first result
+  whose ``count`` equals the number of records sent for it;
+- batch duration of micro-batches with input, and of those without (``records=0``): the cost of
+  an empty micro-batch;
+- input lag at the end of feeding (records the job had not taken yet).
+
+Ratios between the systems are measured side by side in one run; the machine's load is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from benchmarks.chaos import CliRun, create_topics, use_repo_pythonpath
+from benchmarks.soak import Feeder, input_lag
+
+__all__ = ["main"]
+
+_BATCH = re.compile(r"batch=(\d+) records=(\d+) .*batch_ms=(\d+)")
+
+
+def _pct(xs: Sequence[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return float(s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))])
+
+
+def _outputs(bootstrap: str, topic: str) -> list[tuple[str, int, int, int]]:
+    """Every committed output row: ``(key, window_start_ms, count, at_ms)``."""
+    from sinks.kafka import read_committed
+
+    rows = []
+    for m in read_committed(bootstrap, topic, timeout_s=120):
+        value = m.value()
+        if value is None:
+            continue
+        o = orjson.loads(value)
+        at = int(o["emitted_at_ms"]) if "emitted_at_ms" in o else int(m.timestamp()[1])
+        rows.append((str(o["key"]), int(o["window_start_ms"]), int(o["count"]), at))
+    return rows
+
+
+def _latencies(feeder: Feeder, rows: list[tuple[str, int, int, int]], fed_from_ms: int,
+               fed_to_ms: int) -> dict[str, Any]:
+    """First-result and final-value latency (ms) of the windows opened while feeding."""
+    first: dict[tuple[str, int], int] = {}
+    final: dict[tuple[str, int], int] = {}
+    for key, ws, count, at in rows:
+        w = (key, ws)
+        first[w] = min(at, first.get(w, at))
+        if count == feeder.counts.get(w) and w not in final:
+            final[w] = at
+    windows = [w for w, t in feeder.first_ms.items() if fed_from_ms <= t <= fed_to_ms]
+    fr = [first[w] - feeder.first_ms[w] for w in windows if w in first]
+    fv = [final[w] - feeder.last_ms[w] for w in windows if w in final]
+    out: dict[str, Any] = {"windows": len(windows), "with_result": len(fr),
+                           "with_final_value": len(fv)}
+    for name, xs in (("first_result_ms", fr), ("final_value_ms", fv)):
+        out[name] = {f"p{q}": _pct(xs, q) for q in (50, 95, 99)}
+    return out
+
+
+def _batches(log_text: str) -> dict[str, Any]:
+    """Median and p95 batch duration (ms) of micro-batches with and without input."""
+    full: list[int] = []
+    empty: list[int] = []
+    for m in _BATCH.finditer(log_text):
+        (empty if int(m.group(2)) == 0 else full).append(int(m.group(3)))
+    return {"batches": len(full) + len(empty),
+            "batch_ms_p50": _pct(full, 50), "batch_ms_p95": _pct(full, 95),
+            "empty_batches": len(empty), "empty_batch_ms_p50": _pct(empty, 50),
+            "empty_batch_ms_p95": _pct(empty, 95)}
+
+
+def _start(system: str, args: argparse.Namespace, bootstrap: str, topics: dict[str, str],
+           work: Path) -> CliRun:
+    if system == "revise":
+        argv = ["run", "--bootstrap-servers", bootstrap, "--input-topic", topics["in"],
+                "--changelog-topic", topics["out"], "--late-topic", topics["late"],
+                "--dead-letter-topic", topics["dead"], "--delta-path", str(work / "delta"),
+                "--checkpoint", str(work / "checkpoint"), "--query-id", f"lat-{work.name}",
+                "--window", args.window, "--grace", f"{args.grace_ms}ms"]
+        return CliRun(argv, cwd=work, log=work / "job.log")
+    native_args = ["--native-child", bootstrap, topics["in"], topics["out"],
+                   str(work / "checkpoint" / "spark"), args.window, str(args.grace_ms)]
+    return CliRun(native_args, cwd=work, log=work / "job.log", module="benchmarks.latency")
+
+
+def native(bootstrap: str, input_topic: str, output_topic: str, checkpoint: str, window: str,
+           grace_ms: int) -> None:
+    """Spark's own update-mode windowed aggregation, Kafka in and out, 1 s trigger (a child)."""
+    from pyspark.sql import functions as F
+
+    from revise.config import WindowSpec
+    from revise.spark.session import spark_session
+
+    spark = spark_session("latency-native", ui=False)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass",
+                   "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    size_s = WindowSpec.parse(window).size_ms // 1000
+    events = (
+        spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", input_topic).option("startingOffsets", "earliest").load()
+        .select(F.from_json(F.col("value").cast("string"),
+                            "key STRING, ts BIGINT, value DOUBLE").alias("e")).select("e.*")
+        .withColumn("event_time", F.expr("timestamp_millis(ts)"))
+        .withWatermark("event_time", f"{grace_ms} milliseconds")
+    )
+    agg = events.groupBy(F.window("event_time", f"{size_s} seconds"), "key").agg(
+        F.count("*").alias("count"), F.sum("value").alias("sum"))
+    out = agg.select(F.to_json(F.struct(
+        "key", F.expr("unix_millis(window.start)").alias("window_start_ms"), "count", "sum",
+    )).alias("value"))
+    q = (out.writeStream.outputMode("update").format("kafka")
+         .option("kafka.bootstrap.servers", bootstrap).option("topic", output_topic)
+         .option("checkpointLocation", checkpoint).trigger(processingTime="1 second").start())
+    seen = -1
+    while q.isActive:
+        p = q.lastProgress
+        if p is not None and p["batchId"] > seen:
+            seen = p["batchId"]
+            ms = (p.get("durationMs") or {}).get("triggerExecution", 0)
+            print(f"batch={seen} records={p['numInputRows']} batch_ms={ms}", flush=True)
+        time.sleep(0.2)
+
+
+def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> dict[str, Any]:
+    from revise.config import WindowSpec
+
+    tag = uuid.uuid4().hex[:6]
+    work = root / f"{system}-{tag}"
+    work.mkdir(parents=True)
+    topics = {n: f"lat-{system}-{n}-{tag}" for n in ("in", "out", "late", "dead")}
+    create_topics(bootstrap, list(topics.values()), partitions=4)
+    run = _start(system, args, bootstrap, topics, work)
+    feeder = Feeder(bootstrap, topics["in"], args.rate, args.keys,
+                    WindowSpec.parse(args.window).size_ms, args.disorder_ms, seed=1,
+                    track_windows=True)
+    try:
+        if not run.wait_for("batch=0 ", 300):
+            msg = f"{system} did not start:\n{run.tail()}"
+            raise RuntimeError(msg)
+        fed_from = int(time.time() * 1000)
+        feeder.start()
+        time.sleep(args.minutes * 60)
+        feeder.stop.set()
+        feeder.join(60)
+        fed_to = int(time.time() * 1000)
+        lag = input_lag(bootstrap, topics["in"], work / "checkpoint")
+        time.sleep(args.idle_s)
+    finally:
+        feeder.stop.set()
+        run.signal_group(15)
+        run.wait(120)
+    figures = {"system": system, "produced": feeder.produced, "lag_at_end_of_feed": lag}
+    figures |= _batches(run.log())
+    figures |= _latencies(feeder, _outputs(bootstrap, topics["out"]), fed_from, fed_to)
+    return figures
+
+
+def _line(f: dict[str, Any]) -> str:
+    fr, fv = f["first_result_ms"], f["final_value_ms"]
+    return (f"{f['system']:>7}  first result p50/p95/p99 {fr['p50']}/{fr['p95']}/{fr['p99']} ms"
+            f"  final value p50/p95/p99 {fv['p50']}/{fv['p95']}/{fv['p99']} ms"
+            f"  batch p50 {f['batch_ms_p50']} ms  empty batch p50 {f['empty_batch_ms_p50']} ms "
+            f"({f['empty_batches']})  lag {f['lag_at_end_of_feed']}  windows "
+            f"{f['with_result']}/{f['windows']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns 0 when every system ran."""
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rate", type=float, default=1000.0, help="input records/s")
+    ap.add_argument("--minutes", type=float, default=2.0, help="how long to feed")
+    ap.add_argument("--systems", nargs="+", default=["revise", "native"],
+                    choices=["revise", "native"])
+    ap.add_argument("--keys", type=int, default=100)
+    ap.add_argument("--window", default="tumbling:10s")
+    ap.add_argument("--grace-ms", type=int, default=5000)
+    ap.add_argument("--disorder-ms", type=int, default=2000)
+    ap.add_argument("--idle-s", type=float, default=20.0, help="idle run after feeding")
+    ap.add_argument("--bootstrap-servers")
+    ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--native-child", nargs=6, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.native_child:
+        b, i, o, ck, window, grace = args.native_child
+        native(b, i, o, ck, window, int(grace))
+        return 0
+    use_repo_pythonpath()
+    from revise.infra import broker
+
+    root = Path(tempfile.mkdtemp(prefix="revise-latency-"))
+    bootstrap = args.bootstrap_servers or broker.start(root / "broker").bootstrap_servers
+    print(f"latency: rate={args.rate:.0f}/s minutes={args.minutes} window={args.window} "
+          f"grace={args.grace_ms}ms load={os.getloadavg()[0]:.1f}", flush=True)
+    results = []
+    try:
+        for system in args.systems:
+            results.append(_one(system, args, bootstrap, root))
+            print(_line(results[-1]), flush=True)
+    finally:
+        if not args.bootstrap_servers:
+            broker.stop(root / "broker")
+    print(f"load at the end: {os.getloadavg()[0]:.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
