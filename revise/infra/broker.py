@@ -22,9 +22,7 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -35,6 +33,7 @@ from typing import Any
 from revise.errors import InfraError, SetupError
 from revise.infra import secure as _secure_mod
 from revise.infra.jars import classpath
+from revise.infra.procs import free_port, java, pid_alive, port_free, terminate
 
 __all__ = [
     "BrokerCluster", "BrokerError", "default_home", "restart_node", "start", "status", "stop",
@@ -91,7 +90,7 @@ class BrokerCluster:
 
     def alive(self) -> bool:
         """True when every node's process is running."""
-        return all(_pid_alive(n.pid) for n in self.nodes)
+        return all(pid_alive(n.pid) for n in self.nodes)
 
     def to_json(self) -> str:
         """The ``cluster.json`` form."""
@@ -121,51 +120,6 @@ class BrokerCluster:
         if self.secure:
             return _secure_mod.describe_lines(self.bootstrap_servers, Path(self.home))
         return [f"bootstrap={self.bootstrap_servers}"]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped by us) counts as dead.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").is_file():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if found is None:
-        msg = (
-            "Java is not installed or not on PATH; the embedded Kafka broker and Spark need "
-            "Java 17. Install it (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME."
-        )
-        raise BrokerSetupError(msg)
-    return found
 
 
 def _state_file(home: Path) -> Path:
@@ -260,7 +214,7 @@ def _run_java(
 ) -> subprocess.Popen[bytes]:
     cp = os.pathsep.join(str(p) for p in classpath("kafka"))
     cmd = [
-        _java(), f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        java(), f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
         "-cp", cp, *args,
     ]
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
@@ -350,13 +304,13 @@ def _plan_ports(
     """(client, controller, internal) port of each node; the previous ones on a restart."""
     if previous is not None and port is None:
         # Restart on the same ports so clients and topics keep working.
-        plan = [(n.port, n.controller_port, n.internal_port or _free_port())
+        plan = [(n.port, n.controller_port, n.internal_port or free_port())
                 for n in previous.nodes]
     else:
-        plan = [(port + i if port is not None else _free_port(), _free_port(), _free_port())
+        plan = [(port + i if port is not None else free_port(), free_port(), free_port())
                 for i in range(nodes)]
     for p, _c, _i in plan:
-        if not _port_free(p):
+        if not port_free(p):
             msg = (
                 f"port {p} on 127.0.0.1 is already in use by another process; "
                 "pass --port with a free port or stop that process"
@@ -417,7 +371,7 @@ def start(
             _secure_mod.grant(cluster.client_config("admin"), _secure_mod.start_acls())
     except BaseException:
         for n in started:
-            _terminate(n.pid, timeout_s=10)
+            terminate(n.pid, timeout_s=10)
         raise
     return cluster
 
@@ -459,21 +413,6 @@ def _new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def _terminate(pid: int, *, timeout_s: float) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _pid_alive(pid):
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.1)
-    if _pid_alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
-
-
 def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> BrokerCluster | None:
     """Stop the embedded broker cleanly (SIGTERM, wait, then SIGKILL); data stay on disk.
 
@@ -488,7 +427,7 @@ def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> Bro
         with contextlib.suppress(ProcessLookupError):
             os.kill(n.pid, signal.SIGTERM)
     for n in cluster.nodes:
-        _terminate(n.pid, timeout_s=timeout_s)
+        terminate(n.pid, timeout_s=timeout_s)
     return cluster
 
 
@@ -520,7 +459,7 @@ def restart_node(
         ids = [n.node_id for n in cluster.nodes]
         msg = f"the cluster under {home} has nodes {ids}, not {node_id}"
         raise BrokerError(msg)
-    if _pid_alive(node.pid):
+    if pid_alive(node.pid):
         msg = f"node {node_id} (pid {node.pid}) is still running; stop it before restarting it"
         raise BrokerError(msg)
     with contextlib.suppress(ChildProcessError):

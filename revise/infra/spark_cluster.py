@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from revise.errors import ConfigError, InfraError
-from revise.infra.broker import _free_port, _pid_alive
+from revise.infra.procs import free_port, pid_alive
 
 __all__ = [
     "SparkCluster",
@@ -109,7 +109,7 @@ class SparkCluster:
 
     def alive(self) -> bool:
         """True when the Master and every Worker process are running."""
-        return all(_pid_alive(p) for p in self.pids)
+        return all(pid_alive(p) for p in self.pids)
 
     def describe(self) -> str:
         """The ``key=value`` lines ``revise spark start|status`` print (``master=`` first)."""
@@ -226,7 +226,7 @@ def _wait_ready(cluster: SparkCluster, timeout_s: float, *, workers: int) -> Non
     deadline = time.monotonic() + timeout_s
     last = "the master's web UI did not answer"
     while time.monotonic() < deadline:
-        dead = [p for p in cluster.pids if not _pid_alive(p)]
+        dead = [p for p in cluster.pids if not pid_alive(p)]
         if dead:
             logs = "\n".join(f"--- {p.name}:\n{_log_tail(p)}" for p in sorted(home.glob("*.log")))
             msg = f"a Spark process (pid {dead[0]}) exited during start-up:\n{logs}"
@@ -293,7 +293,7 @@ def start(
     stop(home)  # leftovers of a partly dead cluster
     home.mkdir(parents=True, exist_ok=True)
     env = _child_env(home, python or sys.executable)
-    port, webui = _free_port(), _free_port()
+    port, webui = free_port(), free_port()
     pids: list[int] = []
     try:
         master_pid = _spawn(
@@ -308,7 +308,7 @@ def start(
         for i in range(1, workers + 1):
             work_dir = home / f"worker-{i}"
             work_dir.mkdir(exist_ok=True)
-            w_port, w_webui = _free_port(), _free_port()
+            w_port, w_webui = free_port(), free_port()
             pid = _spawn(
                 [_WORKER_CLASS, f"spark://{HOST}:{port}", "--host", HOST, "--port", str(w_port),
                  "--webui-port", str(w_webui), "--cores", str(cores), "--memory", memory,
@@ -378,7 +378,7 @@ def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> Spa
     if cluster is None:
         return None
     # Only processes that still run a Spark daemon: a recorded pid may have been reused.
-    live = [p for p in reversed(cluster.pids) if _pid_alive(p) and _is_spark_daemon(p)]
+    live = [p for p in reversed(cluster.pids) if pid_alive(p) and _is_spark_daemon(p)]
     for pid in live:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)

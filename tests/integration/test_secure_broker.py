@@ -26,6 +26,7 @@ from confluent_kafka.admin import (
 )
 
 from revise.infra import broker, secure
+from revise.infra.procs import pid_alive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -343,6 +344,6 @@ def test_three_secure_nodes_start_serve_and_stop(tmp_path: Path) -> None:
         stopped = _cli_broker("stop", root)
         assert stopped.returncode == 0 and stopped.stdout.strip() == "stopped", stopped.stderr
         assert broker.status(home) is None
-        assert not any(broker._pid_alive(n.pid) for n in c3.nodes)
+        assert not any(pid_alive(n.pid) for n in c3.nodes)
     finally:
         broker.stop(home)  # in case an assertion failed before the CLI stopped it
