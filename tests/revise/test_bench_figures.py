@@ -1,0 +1,42 @@
+"""The figures of the latency benchmark, computed from known arrivals and outputs (no I/O)."""
+
+from __future__ import annotations
+
+from benchmarks.latency import _batches, _latencies
+from benchmarks.soak import Feeder
+
+
+def _feeder() -> Feeder:
+    f = Feeder("127.0.0.1:1", "t", rate=1.0, keys=1, window_ms=10_000, disorder_ms=0, seed=1,
+               track_windows=True)
+    # window a@0: 3 records sent at 1000..1200; window a@10000: 1 record at 9000 (before feed)
+    f.first_ms = {("a", 0): 1_000, ("a", 10_000): 9_000, ("b", 0): 1_500}
+    f.last_ms = {("a", 0): 1_200, ("a", 10_000): 9_000, ("b", 0): 1_500}
+    f.counts = {("a", 0): 3, ("a", 10_000): 1, ("b", 0): 2}
+    return f
+
+
+def test_first_result_and_final_value_latency_per_window():
+    rows = [  # (key, window_start_ms, count, at_ms), in arrival order at the sink
+        ("a", 0, 1, 1_900), ("a", 0, 2, 2_400), ("a", 0, 3, 3_000),
+        ("b", 0, 1, 2_500),  # b never reaches its final count of 2
+        ("a", 10_000, 1, 9_400),
+    ]
+    got = _latencies(_feeder(), rows, fed_from_ms=500, fed_to_ms=2_000)
+    assert got["windows"] == 2  # a@10000's first record came after the feed window
+    assert got["with_result"] == 2 and got["with_final_value"] == 1
+    assert got["first_result_ms"]["p50"] in (900.0, 1_000.0)  # a: 1900-1000, b: 2500-1500
+    assert got["first_result_ms"]["p99"] == 1_000.0
+    assert got["final_value_ms"] == {"p50": 1_800.0, "p95": 1_800.0, "p99": 1_800.0}
+
+
+def test_batch_durations_split_into_batches_with_and_without_input():
+    log = "\n".join([
+        "INFO revise batch=0 records=10 rec_per_s=1 watermark=x input_lag=0 batch_ms=900",
+        "INFO revise batch=1 records=0 rec_per_s=0 watermark=x input_lag=0 batch_ms=300",
+        "batch=2 records=0 batch_ms=500",  # the native child's line
+        "batch=3 records=7 batch_ms=1100",
+    ])
+    got = _batches(log)
+    assert got["batches"] == 4 and got["empty_batches"] == 2
+    assert got["batch_ms_p50"] in (900.0, 1_100.0) and got["empty_batch_ms_p95"] == 500.0
