@@ -85,6 +85,15 @@ def spark_session(
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         "spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"],
         "spark.python.worker.reuse": "true",
+        # An unbounded job runs a few Spark jobs per micro-batch, forever: the driver's status
+        # store keeps the last N jobs, stages, tasks and SQL executions (defaults 1000, 1000,
+        # 100000, 1000), so its heap grows for the first half hour or more before it levels.
+        # Keep enough for the UI of the recent micro-batches.
+        "spark.ui.retainedJobs": "200",
+        "spark.ui.retainedStages": "200",
+        "spark.ui.retainedTasks": "5000",
+        "spark.sql.ui.retainedExecutions": "100",
+        "spark.sql.streaming.ui.retainedProgressUpdates": "100",
         # The job's plans have ~40 columns: print them whole, without a warning that they
         # were truncated at the default 25 fields.
         "spark.sql.debug.maxToStringFields": "200",
