@@ -57,9 +57,19 @@ def checkpoint_taken_over(text: str) -> bool:
     entry; the loser's rename fails (``FileAlreadyExistsException``) and Spark stops it with
     ``SparkConcurrentModificationException``. That is fencing by the checkpoint, the twin of
     fencing by the transactional producer: whichever check a woken zombie meets first stops it.
+    A zombie that wakes after its micro-batch's sink ran but before Spark recorded it loses the
+    same race on the commit log instead (``CONCURRENT_STREAM_LOG_UPDATE``: "Multiple streaming
+    jobs detected for N").
     """
-    return ("SparkConcurrentModificationException" in text
-            or "Multiple streaming queries are concurrently using" in text)
+    return any(sign in text for sign in _TAKEN_OVER)
+
+
+_TAKEN_OVER = (
+    "SparkConcurrentModificationException",
+    "Multiple streaming queries are concurrently using",  # the offset log
+    "CONCURRENT_STREAM_LOG_UPDATE",  # the commit log (Spark's error class) ...
+    "Multiple streaming jobs detected for",  # ... and its message
+)
 
 
 def root_cause(text: str) -> str:

@@ -45,5 +45,7 @@ def test_a_woken_zombie_is_fenced_and_exactly_once_holds(job_setup, tmp_path):
     assert rc == 1, f"the zombie exited with {rc}:\n{a.tail()}"
     assert "revise run: failed:" in log, a.tail()
     assert "fenced" in log and "another instance" in log, a.tail()
+    # issue 9 item 7: the fenced zombie's traceback is not printed twice (py4j and Spark)
+    assert log.count("Traceback (most recent call last)") <= 1, a.tail(120)
 
     check_run(setup)

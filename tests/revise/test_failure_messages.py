@@ -24,8 +24,16 @@ Caused by: org.apache.kafka.common.errors.UnknownTopicOrPartitionException: This
 not host this topic-partition."""
 
 
+# Spark's error when the commit log's entry for the batch was written by another instance.
+_COMMIT_RACE = """org.apache.spark.SparkException: [CONCURRENT_STREAM_LOG_UPDATE] Concurrent \
+update to the log. Multiple streaming jobs detected for 3.
+Please make sure only one streaming job runs on a specific checkpoint location at a time. \
+SQLSTATE: 40000"""
+
+
 def test_a_lost_checkpoint_race_is_recognised_as_another_instance_taking_over():
     assert checkpoint_taken_over(_RACE)
+    assert checkpoint_taken_over(_COMMIT_RACE)
     assert not checkpoint_taken_over(_LOST_TOPIC)
     assert not checkpoint_taken_over("java.io.IOException: No space left on device")
 
