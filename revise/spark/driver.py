@@ -37,6 +37,7 @@ from revise.spark.failures import (
     checkpoint_taken_over,
     commit_failure,
     failure_message,
+    last_committed_batch,
 )
 from revise.spark.session import spark_session, sql_setting
 from revise.spark.stream import build_stream, write_close_all
@@ -234,6 +235,7 @@ class JobDriver:
         self.timeout_s = timeout_s
         self.started = started
         self.last_batch_id = -1
+        self.committed_at_start = last_committed_batch(cfg.checkpoint)
 
     def run(self) -> None:
         """Poll the query every 0.2 s until it ends, fails, is stopped or times out.
@@ -296,7 +298,7 @@ class JobDriver:
                 "with the same --query-id took over; this one stops"
             )
             raise ProducerFencedError(msg) from None
-        if checkpoint_taken_over(text):
+        if checkpoint_taken_over(text) or self._overtaken():
             msg = (
                 f"this instance of query {self.cfg.query_id!r} was fenced: another instance "
                 f"wrote the next micro-batch to --checkpoint {self.cfg.checkpoint} first "
@@ -304,6 +306,16 @@ class JobDriver:
             )
             raise ProducerFencedError(msg) from None
         raise JobError(failure_message(self.cfg, text or repr(exc)))
+
+    def _overtaken(self) -> bool:
+        """Whether Spark's commit log holds batches this instance never ran.
+
+        Another instance on this checkpoint ran them while this one was stalled (a woken
+        zombie), whichever error Spark gave this one. This instance commits at most one batch
+        past the last it saw reported, so more than that is somebody else's.
+        """
+        mine = max(self.last_batch_id, self.committed_at_start)
+        return last_committed_batch(self.cfg.checkpoint) > mine + 1
 
     def _bounded_done(self, progress: dict[str, Any] | None) -> bool:
         """A bounded run: write the close-all once the input is read; True once it was read."""

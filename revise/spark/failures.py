@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from pathlib import Path
 
 from revise.errors import ReviseError
 from revise.jobconfig import JobConfig
@@ -23,6 +24,7 @@ __all__ = [
     "checkpoint_taken_over",
     "commit_failure",
     "failure_message",
+    "last_committed_batch",
     "root_cause",
 ]
 
@@ -70,6 +72,19 @@ _TAKEN_OVER = (
     "CONCURRENT_STREAM_LOG_UPDATE",  # the commit log (Spark's error class) ...
     "Multiple streaming jobs detected for",  # ... and its message
 )
+
+
+def last_committed_batch(checkpoint: str) -> int:
+    """The highest batch id in Spark's commit log under ``checkpoint`` (-1: none, or unreadable).
+
+    A failed instance whose checkpoint holds batches it never ran was overtaken by another
+    instance, whatever error text Spark gave it (see :func:`checkpoint_taken_over`).
+    """
+    commits = Path(checkpoint) / "spark" / "commits"
+    try:
+        return max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=-1)
+    except OSError:
+        return -1
 
 
 def root_cause(text: str) -> str:
