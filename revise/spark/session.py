@@ -121,6 +121,11 @@ QUIET_LOGGERS = {
     # "Failed to cancel job group … Cannot find active jobs for it": stopping a query between
     # micro-batches (what the driver aims for) has no job to cancel.
     "org.apache.spark.scheduler.DAGScheduler": "ERROR",
+    # "Query … terminated with error" + the whole Java stack, whose message and cause each
+    # embed the Python traceback of a failed micro-batch (a fenced zombie's printed it twice):
+    # revise prints the failure itself, in one line that says what to do ("revise run:
+    # failed: …"). Also "Disabling AQE since AQE is not supported in stateful workloads".
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution": "OFF",
 }
 """Spark loggers raised to a higher level unless ``REVISE_SPARK_LOG_LEVEL`` is INFO or lower
 (``revise -v`` sets INFO)."""
