@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,17 @@ import oracle
 import orjson
 from deltalake import DeltaTable
 
+from revise.aggspec import AggList
 from revise.config import EngineConfig, WindowSpec
 from revise.jobconfig import JobConfig
-from sinks.kafka import decode_dead_letter, decode_late, decode_revision, read_committed
+from revise.records import revision_schema
+from sinks.kafka import (
+    decode_dead_letter,
+    decode_late,
+    decode_revision,
+    decode_revision_row,
+    read_committed,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_TS = 2**53
@@ -70,12 +78,22 @@ class JobSetup:
     max_records_per_batch: int | None = 500
     # confluent-kafka settings (SASL, TLS …) of every test client; empty: plaintext.
     client_config: dict[str, Any] = field(default_factory=dict)
+    # --aggs and the field options (SPEC §7); None / defaults: today's options.
+    aggs: str | None = None
+    key_field: str = "key"
+    ts_field: str = "ts"
+    ts_format: str = "epoch_ms"
+
+    def agg_list(self) -> AggList:
+        return AggList.parse(self.aggs or "count,sum,min,max,mean")
 
     def engine_config(self) -> EngineConfig:
+        aggs = self.agg_list()
         return EngineConfig(
             window=WindowSpec.parse(self.window), grace_ms=self.grace_ms,
             watermark_delay_ms=self.delay_ms, mode=self.mode,  # type: ignore[arg-type]
-            query_id=self.query_id,
+            query_id=self.query_id, agg_list=None if aggs.legacy else aggs,
+            **({"aggs": aggs.columns} if aggs.legacy else {}),
         )
 
     def job_config(self) -> JobConfig:
@@ -85,6 +103,7 @@ class JobSetup:
             dead_letter_topic=self.dead_letter_topic, delta_path=self.delta_path,
             checkpoint=self.checkpoint, engine=self.engine_config(),
             max_records_per_batch=self.max_records_per_batch, once=True, shards=self.shards,
+            key_field=self.key_field, ts_field=self.ts_field, ts_format=self.ts_format,
         )
 
     def cli_args(self) -> list[str]:
@@ -98,6 +117,10 @@ class JobSetup:
         ]
         if self.max_records_per_batch:
             args += ["--max-records-per-batch", str(self.max_records_per_batch)]
+        if self.aggs:
+            args += ["--aggs", self.aggs]
+        args += ["--key-field", self.key_field, "--ts-field", self.ts_field,
+                 "--ts-format", self.ts_format]
         return args
 
     def produce(self, payloads: Iterable[bytes], keys: Iterable[str | None] | None = None,
@@ -155,26 +178,45 @@ def parse_good(raw: bytes | None) -> tuple[str, int, float] | None:
     return key, ts, float(value)
 
 
+# A record's parse: (key, ts, value, aggregated fields by path) or None for bad input; takes
+# the raw value and the Kafka record timestamp (ms).
+Parser = Callable[[bytes | None, int], tuple[str, int, float, dict[Any, Any]] | None]
+
+
+def parse_legacy(raw: bytes | None, _kafka_ts_ms: int) -> tuple[str, int, float,
+                                                                 dict[Any, Any]] | None:
+    parsed = parse_good(raw)
+    return None if parsed is None else (*parsed, {})
+
+
 @dataclass
 class Input:
-    """The input topic as a read_committed consumer sees it, classified by SPEC §2."""
+    """The input topic as a read_committed consumer sees it, classified by SPEC §2 (or §7).
+
+    ``fields``: per record id, the aggregated fields of a good record (``FN(FIELD)`` form).
+    """
 
     records: list[InputRecord]
     good: dict[tuple[int, int], oracle.Rec]
     bad: dict[tuple[int, int], bytes | None]
+    fields: dict[int, dict[Any, Any]] = field(default_factory=dict)
 
     @staticmethod
-    def read(bootstrap: str, topic: str, client_config: dict[str, Any] | None = None) -> Input:
+    def read(bootstrap: str, topic: str, client_config: dict[str, Any] | None = None,
+             parse: Parser = parse_legacy) -> Input:
         msgs = read_committed(bootstrap, topic, timeout_s=60, client_config=client_config)
         records = [InputRecord(m.partition(), m.offset(), m.value()) for m in msgs]
-        good, bad = {}, {}
+        stamps = {(m.partition(), m.offset()): m.timestamp()[1] for m in msgs}
+        good, bad, fields = {}, {}, {}
         for r in records:
-            parsed = parse_good(r.raw)
+            parsed = parse(r.raw, stamps[(r.partition, r.offset)])
             if parsed is None:
                 bad[(r.partition, r.offset)] = r.raw
             else:
-                good[(r.partition, r.offset)] = oracle.Rec(*parsed, rid(r.partition, r.offset))
-        return Input(records, good, bad)
+                i = rid(r.partition, r.offset)
+                good[(r.partition, r.offset)] = oracle.Rec(*parsed[:3], i)
+                fields[i] = parsed[3]
+        return Input(records, good, bad, fields)
 
 
 # --------------------------------------------------------------------------- the job's split
@@ -277,7 +319,15 @@ class Outputs:
                                   client_config=setup.client_config)
 
         msgs = topic(setup.changelog_topic)
-        revs = [(m.partition(), m.offset(), decode_revision(m.value()).to_row()) for m in msgs]
+        aggs = setup.agg_list()
+        schema = revision_schema(aggs)
+
+        def decode(value: bytes) -> dict[str, Any]:
+            if aggs.legacy:
+                return decode_revision(value).to_row()
+            return decode_revision_row(value, schema)
+
+        revs = [(m.partition(), m.offset(), decode(m.value())) for m in msgs]
         for (_p, _o, row), m in zip(revs, msgs, strict=True):
             key = orjson.loads(m.key())  # the window, so compaction keeps its latest revision
             assert key == {k: row[k] for k in ("key", "window_start_ms", "window_end_ms")}, key
@@ -305,9 +355,6 @@ def _comparable(row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(sorted(row.items()))
 
 
-AGGS = ("count", "sum", "min", "max", "mean")
-
-
 def _same(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is b
@@ -325,19 +372,30 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
-def check_run(setup: JobSetup) -> Report:
-    """Every SPEC §4–6 promise about a finished ``--once`` run; returns what it saw.
+# Longer than ~60 lines: one promise after another, each a few asserts, over shared tables.
+def check_run(setup: JobSetup, parse: Parser = parse_legacy,
+              expected: Callable[[list[dict[Any, Any]]], dict[str, Any]] | None = None) -> Report:
+    """Every SPEC §4–7 promise about a finished ``--once`` run; returns what it saw.
 
     Kafka and Delta must agree on every field, ``emitted_at_ms`` included, also after crashes
     and restarts: a replay that finds its batch committed in Kafka stamps Delta with the
     ``emitted_at_ms`` recorded in the committed progress marker.
+
+    The ``FN(FIELD)`` form (``setup.aggs``) needs ``parse`` (the input rules of the run's
+    field options, giving each good record's aggregated fields) and ``expected`` (the batch
+    computation: the records' fields → every aggregate column); each FINAL must equal it over
+    the window's accepted records (percentiles and distinct exactly, sums and means within
+    1e-9). Sessions are checked in the bare form only.
     """
-    inp = Input.read(setup.bootstrap, setup.input_topic, setup.client_config)
+    inp = Input.read(setup.bootstrap, setup.input_topic, setup.client_config, parse)
     rep = replay(setup, inp)
     out = Outputs.read(setup)
     cfg = setup.engine_config()
     grace = cfg.grace_ms
     session = cfg.window.kind == "session"
+    legacy = cfg.aggregates.legacy
+    AGGS = cfg.aggregates.columns  # noqa: N806 - the columns every check below walks
+    assert legacy or (expected is not None and not session), "FN(FIELD) needs expected()"
     report = Report()
 
     # -- exactly once: no duplicates, Kafka == Delta ----------------------------------------
@@ -417,8 +475,8 @@ def check_run(setup: JobSetup) -> Report:
         f = finals[w]
         vals = t.values
         want = {"count": len(vals), "sum": math.fsum(vals), "min": min(vals), "max": max(vals),
-                "mean": math.fsum(vals) / len(vals)}
-        for a in AGGS:
+                "mean": math.fsum(vals) / len(vals)} if legacy else {"count": len(vals)}
+        for a in AGGS if legacy else ("count",) if "count" in AGGS else ():
             assert _same(f[a], want[a]), f"{w}: FINAL {a}={f[a]}, oracle {want[a]}"
         assert f["n_late"] == t.n_late and f["max_lateness_ms"] == t.max_lateness, w
         assert f["batch_id"] == rep.final_batch_id(w), (
@@ -456,17 +514,23 @@ def check_run(setup: JobSetup) -> Report:
         # Accepted = every (record, window) of the good input not in Delta `late`: the batch
         # aggregate over it is each window's FINAL (independent of the split).
         rejected = set(late_ids(out.late))
-        acc: dict[WINDOW, list[float]] = defaultdict(list)
+        acc: dict[WINDOW, list[oracle.Rec]] = defaultdict(list)
         for r in inp.good.values():
             for s, e in oracle.windows_of(r.ts, size, adv):
                 if (r.rid, s, e) not in rejected:
-                    acc[(r.key, s, e)].append(r.value)
+                    acc[(r.key, s, e)].append(r)
         assert set(acc) == set(finals)
-        for w, vals in acc.items():
+        for w, recs in acc.items():
+            if expected is not None:
+                _check_columns(w, finals[w], expected([inp.fields[r.rid] for r in recs]))
+                continue
+            vals = [r.value for r in recs]
             assert finals[w]["count"] == len(vals)
             assert _same(finals[w]["sum"], math.fsum(vals))
             assert _same(finals[w]["min"], min(vals)) and _same(finals[w]["max"], max(vals))
-    assert sum(f["count"] for f in finals.values()) + len(out.late) == pairs
+    counts = ([f["count"] for f in finals.values()] if "count" in AGGS
+              else [len(t.values) for t in truth.windows.values()])
+    assert sum(counts) + len(out.late) == pairs
     assert len(out.dead) == len(inp.bad)
 
     # -- dead letters: every malformed record, with its reason and offset -------------------
@@ -494,6 +558,15 @@ def check_run(setup: JobSetup) -> Report:
     assert len(got_latest) == len(out.latest), "latest holds a window twice"
     assert got_latest == want_latest, "latest is not the highest revision of every window"
     return report
+
+
+def _check_columns(w: WINDOW, final: dict[str, Any], want: dict[str, Any]) -> None:
+    """A FINAL against the batch computation: ints, percentiles and maxima exactly."""
+    for col, v in want.items():
+        if col.startswith(("sum_", "mean_")):
+            assert _same(final[col], v), f"{w}: FINAL {col}={final[col]}, batch {v}"
+        else:
+            assert final[col] == v, f"{w}: FINAL {col}={final[col]}, batch {v}"
 
 
 def _invalid_json(raw: bytes) -> bool:
