@@ -12,11 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,7 +20,9 @@ from typing import Any
 
 import oracle
 import orjson
+from cli_runs import CliRun
 from deltalake import DeltaTable
+from input_records import Input, InputRecord, Parser, parse_good, parse_legacy, rid
 
 from revise.aggspec import AggList
 from revise.config import EngineConfig, WindowSpec
@@ -39,8 +36,11 @@ from sinks.kafka import (
     read_committed,
 )
 
+__all__ = ["REPO", "CliRun", "Input", "InputRecord", "JobSetup", "Outputs", "Parser",
+           "QueryRun", "Report", "check_run", "parse_good", "parse_legacy", "read_delta",
+           "replay", "rid", "spark_batches"]
+
 REPO = Path(__file__).resolve().parents[2]
-MAX_TS = 2**53
 WINDOW = tuple[str, int, int]
 
 
@@ -139,84 +139,6 @@ class JobSetup:
                 kw["key"] = ks[i].encode()
             p.produce(self.input_topic, value=v, **kw)
         assert p.flush(30) == 0
-
-
-# --------------------------------------------------------------------------- the input
-
-
-@dataclass(frozen=True)
-class InputRecord:
-    partition: int
-    offset: int
-    raw: bytes | None
-
-
-def rid(partition: int, offset: int) -> int:
-    """The oracle's record id of a Kafka record."""
-    return partition * 1_000_000_000 + offset
-
-
-def parse_good(raw: bytes | None) -> tuple[str, int, float] | None:
-    """SPEC §2 in plain Python: (key, ts, value) of a well-formed record, None for bad input."""
-    if not raw or not raw.strip():
-        return None
-    try:
-        obj = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict):
-        return None
-    key, ts, value = obj.get("key"), obj.get("ts"), obj.get("value")
-    if not isinstance(key, str):
-        return None
-    if isinstance(ts, float) and ts.is_integer():
-        ts = int(ts)
-    if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts < MAX_TS:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return key, ts, float(value)
-
-
-# A record's parse: (key, ts, value, aggregated fields by path) or None for bad input; takes
-# the raw value and the Kafka record timestamp (ms).
-Parser = Callable[[bytes | None, int], tuple[str, int, float, dict[Any, Any]] | None]
-
-
-def parse_legacy(raw: bytes | None, _kafka_ts_ms: int) -> tuple[str, int, float,
-                                                                 dict[Any, Any]] | None:
-    parsed = parse_good(raw)
-    return None if parsed is None else (*parsed, {})
-
-
-@dataclass
-class Input:
-    """The input topic as a read_committed consumer sees it, classified by SPEC §2 (or §7).
-
-    ``fields``: per record id, the aggregated fields of a good record (``FN(FIELD)`` form).
-    """
-
-    records: list[InputRecord]
-    good: dict[tuple[int, int], oracle.Rec]
-    bad: dict[tuple[int, int], bytes | None]
-    fields: dict[int, dict[Any, Any]] = field(default_factory=dict)
-
-    @staticmethod
-    def read(bootstrap: str, topic: str, client_config: dict[str, Any] | None = None,
-             parse: Parser = parse_legacy) -> Input:
-        msgs = read_committed(bootstrap, topic, timeout_s=60, client_config=client_config)
-        records = [InputRecord(m.partition(), m.offset(), m.value()) for m in msgs]
-        stamps = {(m.partition(), m.offset()): m.timestamp()[1] for m in msgs}
-        good, bad, fields = {}, {}, {}
-        for r in records:
-            parsed = parse(r.raw, stamps[(r.partition, r.offset)])
-            if parsed is None:
-                bad[(r.partition, r.offset)] = r.raw
-            else:
-                i = rid(r.partition, r.offset)
-                good[(r.partition, r.offset)] = oracle.Rec(*parsed[:3], i)
-                fields[i] = parsed[3]
-        return Input(records, good, bad, fields)
 
 
 # --------------------------------------------------------------------------- the job's split
@@ -575,70 +497,3 @@ def _invalid_json(raw: bytes) -> bool:
     except ValueError:
         return True
     return False
-
-
-# --------------------------------------------------------------------------- subprocess runs
-
-
-class CliRun:
-    """``python -m revise <args>`` (or another ``module``) in its own process group (so the JVM
-    dies with it)."""
-
-    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
-                 log: Path, module: str = "revise") -> None:
-        full_env = {k: v for k, v in os.environ.items() if k != "REVISE_CRASH_AT"}
-        full_env.update(env or {})
-        self.log_path = log
-        self._log = open(log, "wb")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args], cwd=cwd, env=full_env,
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, text: str, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if text in self.log():
-                return True
-            if self.proc.poll() is not None:
-                return text in self.log()
-            time.sleep(0.1)
-        return False
-
-    def signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
-
-    def wait(self, timeout_s: float) -> int:
-        """Wait for the process; then SIGKILL what is left of its group (the JVM)."""
-        try:
-            rc = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.signal_group(signal.SIGKILL)
-            self.proc.wait(30)
-            msg = f"revise did not exit within {timeout_s}s:\n{self.tail()}"
-            raise AssertionError(msg) from None
-        finally:
-            self._log.close()
-        self.signal_group(signal.SIGKILL)
-        _wait_group_gone(self.proc.pid)
-        return rc
-
-    def tail(self, n: int = 40) -> str:
-        lines = [ln for ln in self.log().splitlines() if not ln.lstrip().startswith("at ")]
-        return "\n".join(lines[-n:])
-
-
-def _wait_group_gone(pgid: int, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
