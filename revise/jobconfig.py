@@ -10,9 +10,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from revise.config import EngineConfig
 from revise.errors import ConfigError
+from revise.inputspec import KAFKA_TIMESTAMP, InputSpec, parse_key_fields
 from revise.kafka_config import KafkaSettings
+from revise.records import revision_schema
 
 __all__ = ["DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "JobConfig"]
 
@@ -45,7 +49,13 @@ class JobConfig:
         shuffle_partitions: ``spark.sql.shuffle.partitions`` of a new checkpoint (the stateful
             operator's task count per micro-batch); None: the shard count, at most the
             session's own setting. Spark keeps a checkpoint's first value on restarts.
-        key_field, ts_field, value_field: JSON field names of the input.
+        key_field: JSON field of the key; a dotted path (``payload.user.id``) reads a nested
+            object; several comma-separated fields (``store,region``) group by all of them
+            (the key is then a JSON array text, docs/FIELDS.md).
+        ts_field: Dotted path of the event time, or ``@timestamp`` for the Kafka record's.
+        value_field: Dotted path of the number the bare ``--aggs`` form aggregates.
+        ts_format: How ``ts_field`` holds the time: ``epoch_ms``, ``epoch_s``, ``epoch_us``
+            or ``iso8601`` (with a zone).
         transactional: Exactly-once changelog (True) or a plain at-least-once producer.
         progress_topic: Compacted topic of the changelog's progress markers.
         starting_offsets: Where a new checkpoint starts reading (``earliest``/``latest``).
@@ -69,6 +79,7 @@ class JobConfig:
     key_field: str = "key"
     ts_field: str = "ts"
     value_field: str = "value"
+    ts_format: str = "epoch_ms"
     transactional: bool = True
     progress_topic: str = "_revise_progress"
     starting_offsets: str = "earliest"
@@ -102,6 +113,7 @@ class JobConfig:
         if self.starting_offsets not in ("earliest", "latest"):
             msg = f"starting offsets must be earliest or latest, got {self.starting_offsets!r}"
             raise ConfigError(msg)
+        self.input_spec  # noqa: B018 - validates the field options (ConfigError)
         outputs = [t for t in (self.changelog_topic, self.late_topic, self.dead_letter_topic) if t]
         if self.input_topic in outputs:
             msg = (
@@ -109,6 +121,45 @@ class JobConfig:
                 "read from one topic and write to others"
             )
             raise ConfigError(msg)
+
+    @property
+    def input_spec(self) -> InputSpec:
+        """Where key, event time and aggregated fields are in a record (validated).
+
+        The bare ``--aggs`` form reads one number, ``--value-field``, when it needs any.
+
+        Raises:
+            ConfigError: A field option cannot be read (empty path segment, repeated key
+                field, unknown ``--ts-format``).
+        """
+        aggs = self.engine.aggregates
+        if aggs.legacy:
+            numeric = (self.value_field.strip(),) if aggs.value_required else ()
+            return InputSpec(parse_key_fields(self.key_field), self.ts_field.strip(),
+                             self.ts_format.strip().lower(),  # type: ignore[arg-type]
+                             numeric, ())
+        return InputSpec.build(key_field=self.key_field, ts_field=self.ts_field,
+                               ts_format=self.ts_format, aggs=aggs)
+
+    @property
+    def revision_schema(self) -> pa.Schema:
+        """The revisions' Arrow schema: SPEC §4's, with the ``--aggs`` columns (§7)."""
+        return revision_schema(self.engine.aggregates)
+
+    @property
+    def legacy_input(self) -> bool:
+        """True for today's input options, parsed by the benchmarked ``revise.spark.parse``.
+
+        That is: the bare ``--aggs`` form, one top-level key field, a top-level epoch-ms
+        event-time field and a top-level value field. Anything else (dotted paths, grouped
+        keys, other time formats, ``@timestamp``, ``FN(FIELD)``) goes through
+        ``revise.spark.fields``.
+        """
+        spec = self.input_spec
+        plain = all("." not in f for f in (*spec.key_fields, spec.ts_field,
+                                           *spec.numeric_fields))
+        return (self.engine.aggregates.legacy and len(spec.key_fields) == 1 and plain
+                and spec.ts_format == "epoch_ms" and spec.ts_field != KAFKA_TIMESTAMP)
 
     @property
     def kafka_settings(self) -> KafkaSettings:
@@ -128,16 +179,25 @@ class JobConfig:
         return 0 if self.once else DEFAULT_TRIGGER_MS
 
     def fingerprint(self) -> dict[str, object]:
-        """What a checkpoint is tied to: changing any of these needs a new checkpoint."""
+        """What a checkpoint is tied to: changing any of these needs a new checkpoint.
+
+        Today's options give today's keys and values, so existing checkpoints still restart;
+        the ``FN(FIELD)`` form records the whole ``--aggs`` text and a non-default
+        ``--ts-format`` is recorded under its own key.
+        """
         e = self.engine
-        return {
+        aggs = e.aggregates
+        out: dict[str, object] = {
             "query_id": e.query_id,
             "input_topic": self.input_topic,
             "window": str(e.window),
             "grace_ms": e.grace_ms,
             "watermark_delay_ms": e.watermark_delay_ms,
-            "aggs": list(e.aggs),
+            "aggs": list(e.aggs) if aggs.legacy else str(aggs),
             "mode": e.mode,
             "shards": self.shards,
             "fields": [self.key_field, self.ts_field, self.value_field],
         }
+        if self.ts_format != "epoch_ms":
+            out["ts_format"] = self.ts_format
+        return out

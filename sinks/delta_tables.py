@@ -99,10 +99,14 @@ def _with_query_id(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field("query_id", pa.string(), nullable=False), *schema])
 
 
-def arrow_schema(table: str) -> pa.Schema:
-    """The Arrow schema of one of :data:`TABLE_NAMES` (the SPEC fields, + ``query_id``)."""
+def arrow_schema(table: str, revision_schema: pa.Schema = REVISION_SCHEMA) -> pa.Schema:
+    """The Arrow schema of one of :data:`TABLE_NAMES` (the SPEC fields, + ``query_id``).
+
+    ``revisions`` and ``latest`` have ``revision_schema``: today's SPEC §4 fields, or
+    ``revise.records.revision_schema`` of ``FN(FIELD)`` aggregates (SPEC §7).
+    """
     if table in ("revisions", "latest"):
-        return REVISION_SCHEMA
+        return revision_schema
     if table == "late":
         return _with_query_id(LATE_SCHEMA)
     if table == "dead_letter":
@@ -130,10 +134,14 @@ class DeltaTables:
             ``gs://`` or ``abfss://`` URI — anything delta-rs opens; the driver writes it.
         storage_options: delta-rs storage options (credentials, endpoints); None reads them
             from the environment (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``), as delta-rs does.
+        revision_schema: The schema of ``revisions`` and ``latest`` (:func:`arrow_schema`):
+            one set of aggregate columns per Delta root.
     """
 
-    def __init__(self, path: str, *, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, path: str, *, storage_options: Mapping[str, str] | None = None,
+                 revision_schema: pa.Schema = REVISION_SCHEMA) -> None:
         self.path = str(path).rstrip("/")
+        self.revision_schema = revision_schema
         self.storage_options = dict(storage_options) if storage_options else None
         self.last_timings: WriteTimings | None = None
         self._tables: dict[str, RustDeltaTable] = {}
@@ -149,18 +157,23 @@ class DeltaTables:
 
         ``latest`` is created last so every other table exists at any of its commit times
         (used by time travel in :func:`register_views`). An existing table is left as it is.
+
+        Raises:
+            DeltaSchemaError: ``revisions`` exists with other aggregate columns (a job with
+                another ``--aggs`` wrote this root); the message asks for another path.
         """
         from deltalake import DeltaTable
 
         for table in ("revisions", "late", "dead_letter", "latest"):
             DeltaTable.create(
                 self.table_path(table),
-                schema=arrow_schema(table),
+                schema=self.schema(table),
                 mode="ignore",  # an existing table is left as it is
                 name=table,
                 configuration=dict(_PROPERTIES[table]),
                 storage_options=self.storage_options,
             )
+        self._check_columns()
         return self
 
     # Longer than ~60 lines: the docstring carries steps 3a-3d of the commit sequence.
@@ -242,6 +255,20 @@ class DeltaTables:
             t["revisions"], t["late"], t["dead_letter"], t["latest"], time.perf_counter() - t0
         )
 
+    def schema(self, table: str) -> pa.Schema:
+        """The Arrow schema this writer gives ``table`` (:func:`arrow_schema`)."""
+        return arrow_schema(table, self.revision_schema)
+
+    def _check_columns(self) -> None:
+        """Refuse a root whose ``revisions`` has other columns than this writer's."""
+        have = {f.name for f in self._table("revisions").schema().fields}
+        want = set(self.revision_schema.names)
+        if have != want:
+            msg = (f"{self.table_path('revisions')} has the columns of other aggregates "
+                   f"(extra {sorted(have - want)}, missing {sorted(want - have)}); a Delta "
+                   "root holds one --aggs list: give this job another --delta-path")
+            raise DeltaSchemaError(msg)
+
     # ---- helpers ---------------------------------------------------------------------------
 
     def _table(self, table: str) -> RustDeltaTable:
@@ -294,7 +321,7 @@ class DeltaTables:
     def _append(self, table: str, data: pa.Table, app_id: str, batch_id: int) -> float:
         if data.num_rows == 0:
             return 0.0
-        rows = _conform(data, arrow_schema(table))
+        rows = _conform(data, self.schema(table))
 
         def write(target: RustDeltaTable, props: CommitProperties) -> None:
             from deltalake import write_deltalake
@@ -306,7 +333,7 @@ class DeltaTables:
     def _merge_latest(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:
         if revisions.num_rows == 0:
             return 0.0
-        source = highest_per_window(_conform(revisions, REVISION_SCHEMA))
+        source = highest_per_window(_conform(revisions, self.revision_schema))
         starts = source.column("window_start_ms")
         lo, hi = pc.min(starts).as_py(), pc.max(starts).as_py()
         # The range bound lets delta-rs skip files of windows this batch cannot touch.

@@ -12,7 +12,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from revise.config import EngineConfig, WindowSpec, parse_aggs, parse_duration
+from revise.aggspec import AggList
+from revise.config import AGGREGATE_NAMES, EngineConfig, WindowSpec, parse_duration
 from revise.errors import ConfigError
 from revise.generate import GeneratorConfig
 from revise.vocab import MODES, Mode
@@ -20,6 +21,7 @@ from revise.vocab import MODES, Mode
 __all__ = [
     "EnvDefaults",
     "add_engine_options",
+    "add_field_options",
     "add_generator_options",
     "duration_type",
     "embedded_bootstrap",
@@ -78,20 +80,44 @@ def add_engine_options(p: argparse.ArgumentParser, *, mode: bool = True) -> None
                    help="how long after window end late records still correct it")
     p.add_argument("--watermark-delay", default="0ms", type=duration_type("--watermark-delay"),
                    help="watermark = max event time - this (default 0ms)")
-    p.add_argument("--aggs", default="count,sum,min,max,mean", help="aggregates to compute")
+    p.add_argument("--aggs", default="count,sum,min,max,mean",
+                   help="aggregates: count and FN(FIELD), FN in sum, min, max, mean, pNN "
+                        "(percentile, p1-p99), distinct, e.g. count,sum(amount),"
+                        "p99(latency_ms),distinct(user); or the bare count,sum,min,max,mean "
+                        "of --value-field (default)")
     if mode:
         p.add_argument("--mode", choices=MODES, default="revision",
                        help="revision: every change then FINAL; watermark: FINAL only")
 
 
+def add_field_options(p: argparse.ArgumentParser) -> None:
+    """Where the inputs are in a record (docs/FIELDS.md): key, event time, value, time format."""
+    p.add_argument("--key-field", default="key",
+                   help="JSON field of the key; a dotted path reads nested objects "
+                        "(payload.user.id); a,b groups by several (the key is a JSON array)")
+    p.add_argument("--ts-field", default="ts",
+                   help="JSON field (dotted path) of the event time, or @timestamp for the "
+                        "Kafka record timestamp")
+    p.add_argument("--ts-format", default="epoch_ms",
+                   help="epoch_ms (default) | epoch_s | epoch_us | iso8601 (with Z or an offset)")
+    p.add_argument("--value-field", default="value",
+                   help="JSON field (dotted path) the bare --aggs form aggregates")
+
+
 def engine_config(args: argparse.Namespace, *, mode: Mode = "revision",
                   query_id: str = "revise") -> EngineConfig:
-    """The :class:`~revise.config.EngineConfig` of :func:`add_engine_options`' options."""
+    """The :class:`~revise.config.EngineConfig` of :func:`add_engine_options`' options.
+
+    ``--aggs`` in either form (``revise.aggspec``); the bare form aggregates ``--value-field``
+    where the command has one.
+    """
+    aggs = AggList.parse(args.aggs, value_field=getattr(args, "value_field", None) or "value")
     return EngineConfig(
         window=WindowSpec.parse(args.window),
         grace_ms=maybe_duration(args.grace, "--grace") or 0,
         watermark_delay_ms=maybe_duration(args.watermark_delay, "--watermark-delay") or 0,
-        aggs=parse_aggs(args.aggs),
+        aggs=aggs.columns if aggs.legacy else AGGREGATE_NAMES,
+        agg_list=aggs,
         mode=mode,
         query_id=query_id,
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from revise.cli.args import (
     add_engine_options,
+    add_field_options,
     duration_type,
     embedded_bootstrap,
     engine_config,
@@ -61,9 +62,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--shuffle-partitions", type=int,
                    help="stateful tasks per micro-batch of a new checkpoint (default: --shards, "
                         "at most the session's spark.sql.shuffle.partitions)")
-    p.add_argument("--key-field", default="key", help="JSON field of the key")
-    p.add_argument("--ts-field", default="ts", help="JSON field of the event time (epoch ms)")
-    p.add_argument("--value-field", default="value", help="JSON field of the value")
+    add_field_options(p)
     p.add_argument("--no-transactions", action="store_true",
                    help="plain at-least-once producer instead of exactly-once (benchmarks)")
     p.add_argument("--master", help="Spark master (default local[*]; spark-submit's wins)")
@@ -99,6 +98,7 @@ def job_config_from_args(args: argparse.Namespace,
         key_field=args.key_field,
         ts_field=args.ts_field,
         value_field=args.value_field,
+        ts_format=str(args.ts_format).strip().lower(),
         transactional=not args.no_transactions,
     )
 
@@ -147,6 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(render_client_configs(settings, revise_client_configs(
             settings, query_id=args.query_id, producer_defaults=DEFAULT_PRODUCER_CONFIG)))
         return 0
+    # Options first (exit 2 with the fix), before any Kafka client or Spark starts.
+    job_config_from_args(args, KafkaSettings(None).with_bootstrap("options-check:0"))
     topics = (args.input_topic, args.changelog_topic, args.late_topic, args.dead_letter_topic)
     cfg = job_config_from_args(args, kafka_settings(args, topics=topics))
     from revise.spark.driver import run_job

@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from revise.aggspec import AggList
 from revise.config import EngineConfig
 from revise.engine import InputBatch
 from revise.local import run_batches
@@ -44,6 +45,7 @@ from revise.vocab import WINDOW_BOUNDS
 
 __all__ = [
     "ACCURACY_FIELDS",
+    "accuracy_fields",
     "GraceOutcome",
     "Percentiles",
     "Volume",
@@ -172,9 +174,24 @@ def _same(a: pd.Series, b: pd.Series) -> pd.Series:
     return pd.Series(both_null.to_numpy() | close, index=a.index)
 
 
-def _requested(revisions: pd.DataFrame) -> list[str]:
+def accuracy_fields(aggs: AggList) -> tuple[str, ...]:
+    """The columns accuracy is measured on, for ``--aggs``.
+
+    :data:`ACCURACY_FIELDS` for the bare form; else ``count`` (when requested) and the first
+    other aggregate requested.
+
+    ``count,p99(latency_ms),distinct(user)`` → ``("count", "p99_latency_ms")``.
+    """
+    if aggs.legacy:
+        return ACCURACY_FIELDS
+    counts = tuple(c for c in aggs.columns if c == "count")
+    others = tuple(c for c in aggs.columns if c != "count")[:1]
+    return counts + others
+
+
+def _requested(revisions: pd.DataFrame, fields: Sequence[str]) -> list[str]:
     """The accuracy aggregates that carry values in this run (not requested → all null)."""
-    return [f for f in ACCURACY_FIELDS if f in revisions and revisions[f].notna().any()]
+    return [f for f in fields if f in revisions and revisions[f].notna().any()]
 
 
 def _rel_err(x: pd.Series, final: pd.Series) -> pd.Series:
@@ -208,35 +225,37 @@ def anchor_initial_watermark(revisions: pd.DataFrame, floor_ms: int) -> pd.DataF
 
 
 
-def window_summary(revisions: pd.DataFrame) -> pd.DataFrame:
+def window_summary(revisions: pd.DataFrame,
+                   fields: Sequence[str] = ACCURACY_FIELDS) -> pd.DataFrame:
     """One row per closed window of one mode: revision counts and latencies.
 
     Args:
         revisions: Revisions of one query (SPEC §4 columns; extra columns ignored).
+        fields: The aggregates "final value" compares (:func:`accuracy_fields`).
 
     Returns:
         Columns ``key, window_start_ms, window_end_ms, n_revisions`` (revisions with these
         bounds, FINAL included), ``first_latency_ms`` (revision 0's ``watermark_ms - end``),
-        ``final_value_latency_ms`` (first revision equal to the FINAL in count, sum and mean),
-        ``final_latency_ms`` (the FINAL's), ``first_emitted_at_ms``,
-        ``final_value_emitted_at_ms``, ``final_emitted_at_ms``, and the FINAL's ``count``,
-        ``sum``, ``mean``; sorted by key and bounds. Session bounds that were retracted and
+        ``final_value_latency_ms`` (first revision equal to the FINAL in ``fields``: count, sum
+        and mean by default), ``final_latency_ms`` (the FINAL's), ``first_emitted_at_ms``,
+        ``final_value_emitted_at_ms``, ``final_emitted_at_ms``, and the FINAL's ``fields``;
+        sorted by key and bounds. Session bounds that were retracted and
         never closed are left out.
     """
     cols = [*WINDOW_BOUNDS, "n_revisions", "first_latency_ms", "final_value_latency_ms",
             "final_latency_ms", "first_emitted_at_ms", "final_value_emitted_at_ms",
-            "final_emitted_at_ms", *ACCURACY_FIELDS]
+            "final_emitted_at_ms", *fields]
     if revisions.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
     revs = revisions.sort_values([*WINDOW_BOUNDS, "revision"], kind="stable")
     finals = revs[revs["is_final"] & ~revs["retracted"]]
     id_cols = list(WINDOW_BOUNDS)
-    final_cols = finals[[*id_cols, *ACCURACY_FIELDS, "watermark_ms", "emitted_at_ms"]].rename(
-        columns={**{f: f"final_{f}" for f in ACCURACY_FIELDS},
+    final_cols = finals[[*id_cols, *fields, "watermark_ms", "emitted_at_ms"]].rename(
+        columns={**{f: f"final_{f}" for f in fields},
                  "watermark_ms": "final_wm", "emitted_at_ms": "final_emitted_at_ms"}
     )
     joined = revs.merge(final_cols, on=id_cols, how="inner")
-    aggs = _requested(revisions)
+    aggs = _requested(revisions, fields)
     equal = pd.Series(True, index=joined.index)
     for f in aggs:
         equal &= _same(joined[f], joined[f"final_{f}"])
@@ -254,7 +273,7 @@ def window_summary(revisions: pd.DataFrame) -> pd.DataFrame:
         "first_emitted_at_ms": first["emitted_at_ms"],
         "final_value_emitted_at_ms": eq["emitted_at_ms"],
         "final_emitted_at_ms": first["final_emitted_at_ms"],
-        **{f: first[f"final_{f}"] for f in ACCURACY_FIELDS},
+        **{f: first[f"final_{f}"] for f in fields},
     }).reset_index()
     return out[cols]
 
@@ -274,7 +293,8 @@ def volume(revisions: pd.DataFrame, *, input_records: int, changelog_bytes: int)
 # --------------------------------------------------------------------------- accuracy
 
 
-def accuracy_over_time(revisions: pd.DataFrame, grid_ms: Sequence[int]) -> pd.DataFrame:
+def accuracy_over_time(revisions: pd.DataFrame, grid_ms: Sequence[int],
+                       fields: Sequence[str] = ACCURACY_FIELDS) -> pd.DataFrame:
     """Error of the latest revision against the FINAL, ``d`` ms after each window's end.
 
     For every ``d`` in ``grid_ms`` and every closed window, take the latest revision with
@@ -283,26 +303,28 @@ def accuracy_over_time(revisions: pd.DataFrame, grid_ms: Sequence[int]) -> pd.Da
     Args:
         revisions: Revisions of one query.
         grid_ms: Offsets from the window end (event time, ms), e.g. ``range(-10000, 20001, 1000)``.
+        fields: The aggregates compared (:func:`accuracy_fields`; count, sum, mean by default).
 
     Returns:
-        One row per ``d``: ``since_end_ms``, ``rel_err_count``, ``rel_err_sum``,
-        ``rel_err_mean`` (mean over windows; a window without an answer yet counts 1),
+        One row per ``d``: ``since_end_ms``, ``rel_err_<field>`` per field (``rel_err_count``,
+        ``rel_err_sum``, ``rel_err_mean`` by default; mean over windows; a window without an
+        answer yet counts 1),
         ``share_exact`` (windows whose latest revision equals the FINAL in every requested
         aggregate), ``share_answered`` (windows with at least one revision). Aggregates not
         requested by the run are NaN.
     """
     grid = np.asarray(sorted(int(g) for g in grid_ms), dtype=np.int64)
-    cols = ["since_end_ms", *(f"rel_err_{f}" for f in ACCURACY_FIELDS), "share_exact",
+    cols = ["since_end_ms", *(f"rel_err_{f}" for f in fields), "share_exact",
             "share_answered"]
     if revisions.empty or len(grid) == 0:
         return pd.DataFrame({"since_end_ms": grid,
                              **{c: np.full(len(grid), np.nan) for c in cols[1:]}})[cols]
-    aggs = _requested(revisions)
+    aggs = _requested(revisions, fields)
     revs = revisions.sort_values([*WINDOW_BOUNDS, "revision"], kind="stable")
     finals = revs[revs["is_final"] & ~revs["retracted"]]
     ids = list(WINDOW_BOUNDS)
-    revs = revs.merge(finals[[*ids, *ACCURACY_FIELDS]].rename(
-        columns={f: f"final_{f}" for f in ACCURACY_FIELDS}), on=ids, how="inner")
+    revs = revs.merge(finals[[*ids, *fields]].rename(
+        columns={f: f"final_{f}" for f in fields}), on=ids, how="inner")
     revs["since_end_ms"] = revs["watermark_ms"] - revs["window_end_ms"]
     windows = finals[ids].reset_index(drop=True)
     n = len(windows)
@@ -311,11 +333,11 @@ def accuracy_over_time(revisions: pd.DataFrame, grid_ms: Sequence[int]) -> pd.Da
         seen = revs[revs["since_end_ms"] <= d]
         latest = seen.groupby(ids, sort=False).tail(1)  # sorted by revision within a window
         frame = windows.merge(latest, on=ids, how="left")
-        frame = frame.merge(finals[[*ids, *ACCURACY_FIELDS]].rename(
-            columns={f: f"truth_{f}" for f in ACCURACY_FIELDS}), on=ids, how="left")
+        frame = frame.merge(finals[[*ids, *fields]].rename(
+            columns={f: f"truth_{f}" for f in fields}), on=ids, how="left")
         row: dict[str, float] = {"since_end_ms": float(d)}
         exact = pd.Series(frame["revision"].notna().to_numpy(), index=frame.index)
-        for f in ACCURACY_FIELDS:
+        for f in fields:
             if f in aggs:
                 err = _rel_err(frame[f], frame[f"truth_{f}"])
                 row[f"rel_err_{f}"] = float(err.mean()) if n else math.nan

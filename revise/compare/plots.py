@@ -56,7 +56,7 @@ def plot(c: Comparison) -> list[Path]:
 
     # accuracy over time
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    styles = {"count": "-", "sum": "--", "mean": ":"}
+    styles = dict(zip(c.accuracy_fields, ("-", "--", ":", "-."), strict=False))
     grace_s = c.grace_ms / 1000
     for mode in MODES:
         acc = c.accuracy[mode]

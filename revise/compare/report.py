@@ -73,6 +73,7 @@ class Comparison:
     delta_path: str
     grace_ms: int
     wall_clock: bool
+    accuracy_fields: tuple[str, ...] = ("count", "sum", "mean")
 
     @property
     def json_path(self) -> Path:
@@ -126,7 +127,8 @@ class Comparison:
                 row = _at(acc, d)
                 if row is not None:
                     add(m, "accuracy", f"share_exact_{label}", row["share_exact"])
-                    add(m, "accuracy", f"rel_err_count_{label}", row["rel_err_count"])
+                    f = self.accuracy_fields[0]
+                    add(m, "accuracy", f"rel_err_{f}_{label}", row[f"rel_err_{f}"])
         for g in self.grace:
             add("both", "grace_what_if", f"too_late_at_grace_x{g.factor:g}", g.too_late)
             add("both", "grace_what_if", f"finals_changed_at_grace_x{g.factor:g}",
@@ -182,6 +184,7 @@ def format_table(c: Comparison) -> str:
     """The side-by-side table ``revise compare`` prints."""
     r, w = c.modes["revision"], c.modes["watermark"]
     grace = c.grace_ms
+    first = c.accuracy_fields[0]
 
     def acc(mode: str, d: int, col: str) -> str:
         row = _at(c.accuracy[mode], d)
@@ -210,8 +213,8 @@ def format_table(c: Comparison) -> str:
          _fmt_p(w.final_value_wall)),
         ("windows exact at window end", acc("revision", 0, "share_exact"),
          acc("watermark", 0, "share_exact")),
-        ("count error at window end (mean)", acc("revision", 0, "rel_err_count"),
-         acc("watermark", 0, "rel_err_count")),
+        (f"{first} error at window end (mean)", acc("revision", 0, f"rel_err_{first}"),
+         acc("watermark", 0, f"rel_err_{first}")),
         (f"windows exact at end + grace ({format_duration(grace)})",
          acc("revision", grace, "share_exact"), acc("watermark", grace, "share_exact")),
         ("too-late records", str(r.too_late), str(w.too_late)),

@@ -16,6 +16,7 @@ import pandas as pd
 
 from revise.compare.config import MODES, CompareConfig
 from revise.compare.metrics import (
+    accuracy_fields,
     accuracy_over_time,
     anchor_initial_watermark,
     grace_what_if,
@@ -325,6 +326,7 @@ def _compute(
     lates: dict[str, pd.DataFrame] = {}
     dead: dict[str, int] = {}
     arrivals: dict[str, pd.DataFrame] = {}
+    fields = accuracy_fields(cfg.engine.aggregates)
     for mode in MODES:
         root = f"{cfg.delta_path}/{mode}"
         qid = cfg.query_id(mode)
@@ -337,7 +339,7 @@ def _compute(
         real = real[real > 0]
         if len(real):
             revisions[mode] = anchor_initial_watermark(revisions[mode], int(real.min()))
-        summaries[mode] = window_summary(revisions[mode])
+        summaries[mode] = window_summary(revisions[mode], fields)
     span = cfg.engine.window.gap_ms if cfg.engine.window.kind == "session" else 0
     grid = _grid(list(summaries.values()), cfg.engine.window, cfg.engine.grace_ms)
     reports: dict[str, ModeReport] = {}
@@ -369,18 +371,20 @@ def _compute(
             msg = (f"{mode} run: {n_msgs} changelog messages but {len(revisions[mode])} Delta "
                    "revisions; the exactly-once guarantee did not hold")
             raise CompareError(msg)
-        accuracy[mode] = accuracy_over_time(revisions[mode], grid)
+        accuracy[mode] = accuracy_over_time(revisions[mode], grid, fields)
         frames.append(s.assign(mode=mode))
     first = arrivals[MODES[0]]
     first = first.assign(batch=batch_of_records(first, progress[MODES[0]], topics[MODES[0]]))
     grace = grace_what_if(
         cfg.engine, first,
-        factors=cfg.grace_factors, reference_finals=summaries[MODES[0]],
+        factors=cfg.grace_factors,
+        reference_finals=summaries[MODES[0]] if "count" in fields else None,
     )
     e = cfg.engine
     settings: dict[str, object] = {
         "window": str(e.window), "grace_ms": e.grace_ms, "watermark_delay_ms":
-        e.watermark_delay_ms, "aggs": list(e.aggs), "max_records_per_batch":
+        e.watermark_delay_ms, "aggs": list(e.aggs), "accuracy_fields": list(fields),
+        "max_records_per_batch":
         cfg.max_records_per_batch, "rate": cfg.rate, "trigger_ms": cfg.trigger_ms,
         "input_topics": topics, "generator": None if cfg.generator is None else {
             f: getattr(cfg.generator, f) for f in cfg.generator.__dataclass_fields__},
@@ -390,4 +394,4 @@ def _compute(
     windows = pd.concat(frames, ignore_index=True)
     windows = windows[["mode", *[c for c in windows.columns if c != "mode"]]]
     return Comparison(cfg.run_id, settings, reports, windows, accuracy, grace, out,
-                      cfg.delta_path, e.grace_ms, cfg.rate is not None)
+                      cfg.delta_path, e.grace_ms, cfg.rate is not None, fields)

@@ -180,7 +180,7 @@ class BatchCommitter:
         t0 = time.monotonic()
         try:
             # 1. compute, collect, decode, stamp
-            out = decode_output(df.toArrow())
+            out = decode_output(df.toArrow(), self.cfg.revision_schema)
             self.result.collect_seconds += time.monotonic() - t0
             emitted_at = int(time.time() * 1000)
             revisions = _stamp(out.revisions, emitted_at)

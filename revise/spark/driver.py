@@ -41,7 +41,7 @@ from revise.spark.failures import (
 )
 from revise.spark.session import spark_session, sql_setting
 from revise.spark.stream import build_stream, write_close_all
-from sinks.delta_tables import DeltaTables
+from sinks.delta_tables import DeltaSchemaError, DeltaTables
 from sinks.kafka import (
     ChangelogConfig,
     ProducerFencedError,
@@ -138,7 +138,8 @@ def run_job(
         timeout_s: Give up (JobError) after this long; None: no limit.
 
     Raises:
-        ConfigError: The input topic is missing or the checkpoint belongs to other settings.
+        ConfigError: The input topic is missing, the checkpoint belongs to other settings, or
+            the Delta tables under the path have another --aggs list's columns.
         ProducerFencedError: Another instance with the same query id took over.
         JobError: The streaming query failed.
     """
@@ -147,10 +148,13 @@ def run_job(
     kafka = cfg.kafka_settings
     ends = (end_offsets(cfg.bootstrap_servers, cfg.input_topic,
                         client_config=kafka.consumer_conf()) if cfg.once else None)
+    try:  # before Spark starts: tables of another --aggs list are a configuration error
+        tables = DeltaTables(cfg.delta_path, revision_schema=cfg.revision_schema).ensure()
+    except DeltaSchemaError as exc:
+        raise ConfigError(str(exc)) from None
     spark = spark or spark_session(f"revise-{cfg.query_id}", master=master)
     control_dir = str(Path(cfg.checkpoint) / "control")
     Path(control_dir).mkdir(parents=True, exist_ok=True)
-    tables = DeltaTables(cfg.delta_path).ensure()
     result = JobResult(cfg.query_id)
     changelog = TransactionalChangelog(ChangelogConfig(
         bootstrap_servers=cfg.bootstrap_servers,
@@ -163,6 +167,7 @@ def run_job(
         producer_config=kafka.producer_conf(),
         consumer_config=kafka.consumer_conf(),
         admin_config=kafka.admin_conf(),
+        revision_schema=cfg.revision_schema,
     )).open()
     committer = BatchCommitter(cfg, changelog, tables, result,
                                crash_hook or crash_hook_from_env())

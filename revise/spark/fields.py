@@ -33,119 +33,19 @@ not an object, key fields, event time, numeric fields, distinct fields (each in 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from revise.aggspec import AggList, field_column
-from revise.errors import ConfigError
-from revise.spark.parse import _MAX_TS, INTEGER_TYPES, _path, _sql_str
+from revise.inputspec import KAFKA_TIMESTAMP, InputSpec, TsFormat, parse_key_fields, variant_path
+from revise.spark.parse import _MAX_TS, INTEGER_TYPES, _sql_str
 
 __all__ = ["KAFKA_TIMESTAMP", "InputSpec", "TsFormat", "classify_fields", "parse_key_fields"]
-
-TsFormat = Literal["epoch_ms", "epoch_s", "epoch_us", "iso8601"]
-KAFKA_TIMESTAMP = "@timestamp"
-"""``--ts-field`` value naming the Kafka record timestamp instead of a JSON field."""
 
 _INTS = ", ".join(_sql_str(t) for t in INTEGER_TYPES)
 _NUMBERS = f"({{t}} IN ({_INTS}, 'FLOAT', 'DOUBLE') OR {{t}} LIKE 'DECIMAL(%')"
 _ISO_BODY = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?"
 _ISO_ZONE = r"(Z|[+-][0-9]{2}(:?[0-9]{2})?)$"
-
-
-def parse_key_fields(text: str) -> tuple[str, ...]:
-    """``"store, region"`` → ``("store", "region")``: the ``--key-field`` list.
-
-    Raises:
-        ConfigError: On an empty list or member, or a repeated field.
-    """
-    fields = tuple(p.strip() for p in text.split(","))
-    if not any(fields) or "" in fields:
-        msg = f'--key-field "{text}" has an empty field; write e.g. user or store,region'
-        raise ConfigError(msg)
-    if len(set(fields)) != len(fields):
-        msg = f'--key-field "{text}" repeats a field; list each once, e.g. store,region'
-        raise ConfigError(msg)
-    return fields
-
-
-def _variant_path(field: str, option: str) -> str:
-    """``a.b`` → ``$['a']['b']`` (each segment quoted as :func:`parse._path` does)."""
-    segments = field.split(".")
-    if not all(segments):
-        msg = f'{option} "{field}" has an empty path segment; write e.g. payload.user.id'
-        raise ConfigError(msg)
-    try:
-        return "$" + "".join(_path(s)[1:] for s in segments)
-    except ValueError as e:
-        msg = f'{option} "{field}": {e}; rename the field in the input'
-        raise ConfigError(msg) from e
-
-
-@dataclass(frozen=True, slots=True)
-class InputSpec:
-    """Where each input of the engine is in a record, validated on construction.
-
-    Attributes:
-        key_fields: Dotted paths grouped by (one → the string itself; several → a JSON array).
-        ts_field: Dotted path of the event time, or ``@timestamp`` for Kafka's timestamp.
-        ts_format: ``epoch_ms``, ``epoch_s``, ``epoch_us`` or ``iso8601``.
-        numeric_fields: Paths read as finite float64 (for sum/min/max/mean/pNN).
-        distinct_fields: Paths read as canonical text (for distinct).
-    """
-
-    key_fields: tuple[str, ...] = ("key",)
-    ts_field: str = "ts"
-    ts_format: TsFormat = "epoch_ms"
-    numeric_fields: tuple[str, ...] = ()
-    distinct_fields: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.key_fields or len(set(self.key_fields)) != len(self.key_fields):
-            msg = f"key_fields must be non-empty and unique, got {self.key_fields!r}"
-            raise ConfigError(msg)
-        if self.ts_format not in get_args(TsFormat):
-            msg = (f"--ts-format must be one of {', '.join(get_args(TsFormat))}, got "
-                   f"{self.ts_format!r}; epoch_ms is the default")
-            raise ConfigError(msg)
-        for f in self.key_fields:
-            _variant_path(f, "--key-field")
-        if self.ts_field != KAFKA_TIMESTAMP:
-            _variant_path(self.ts_field, "--ts-field")
-        for f in (*self.numeric_fields, *self.distinct_fields):
-            _variant_path(f, "--aggs field")
-        names = [self.numeric_column(f) for f in self.numeric_fields] + [
-            self.distinct_column(f) for f in self.distinct_fields]
-        if len(set(names)) != len(names):
-            msg = (f"aggregated fields {self.numeric_fields + self.distinct_fields!r} give "
-                   "two fields the same column; a.b and a_b cannot both be aggregated")
-            raise ConfigError(msg)
-
-    @staticmethod
-    def build(*, key_field: str = "key", ts_field: str = "ts", ts_format: str = "epoch_ms",
-              aggs: AggList) -> InputSpec:
-        """The spec of the options ``--key-field``, ``--ts-field``, ``--ts-format``, ``--aggs``."""
-        return InputSpec(parse_key_fields(key_field), ts_field.strip(),
-                         ts_format.strip().lower(),  # type: ignore[arg-type]
-                         aggs.numeric_fields, aggs.distinct_fields)
-
-    @staticmethod
-    def numeric_column(field: str) -> str:
-        """Output column of a numeric field: ``payload.ms`` → ``num_payload_ms`` (double)."""
-        return f"num_{field_column(field)}"
-
-    @staticmethod
-    def distinct_column(field: str) -> str:
-        """Output column of a distinct field: ``ev.user`` → ``dst_ev_user`` (string)."""
-        return f"dst_{field_column(field)}"
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """Columns of :func:`classify_fields`, in order."""
-        return ("raw_value", "topic", "partition", "offset", "timestamp", "reason", "key",
-                "ts_ms", *map(self.numeric_column, self.numeric_fields),
-                *map(self.distinct_column, self.distinct_fields))
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +79,7 @@ def _presence_whens(t: str, q: str) -> str:
 
 def _scalar_check(i: int, field: str, role: str, *, string_only: bool) -> _Check:
     """A key member (``role`` ``k``) or distinct field (``d``): string, or string/number/bool."""
-    p, q, t = _sql_str(_variant_path(field, "field")), _quoted(field), f"_{role}{i}"
+    p, q, t = _sql_str(variant_path(field, "field")), _quoted(field), f"_{role}{i}"
     pre = (F.expr(f"schema_of_variant(variant_get(_v, {p}))").alias(t),)
     if string_only:
         return _Check(pre, f"{t} = 'STRING'", _presence_whens(t, q) + f"""
@@ -197,7 +97,7 @@ def _scalar_check(i: int, field: str, role: str, *, string_only: bool) -> _Check
 
 def _numeric_check(i: int, field: str) -> _Check:
     """A numeric aggregated field: a finite JSON number, as float64 (today's value rule)."""
-    p, q, t, val = _sql_str(_variant_path(field, "field")), _quoted(field), f"_n{i}", f"_nv{i}"
+    p, q, t, val = _sql_str(variant_path(field, "field")), _quoted(field), f"_n{i}", f"_nv{i}"
     pre = (F.expr(f"schema_of_variant(variant_get(_v, {p}))").alias(t),
            F.expr(f"try_variant_get(_v, {p}, 'double')").alias(val))
     is_num = _NUMBERS.format(t=t)
@@ -210,7 +110,7 @@ def _numeric_check(i: int, field: str) -> _Check:
 
 def _epoch_check(spec: InputSpec) -> _Check:
     """Event time in one of the epoch formats, as ``_tms`` (int64 ms)."""
-    p, q = _sql_str(_variant_path(spec.ts_field, "--ts-field")), _quoted(spec.ts_field)
+    p, q = _sql_str(variant_path(spec.ts_field, "--ts-field")), _quoted(spec.ts_field)
     fmt = spec.ts_format
     pre = (F.expr(f"schema_of_variant(variant_get(_v, {p}))").alias("_tt"),
            F.expr(f"try_variant_get(_v, {p}, 'bigint')").alias("_ts"))
@@ -242,7 +142,7 @@ def _epoch_check(spec: InputSpec) -> _Check:
 
 def _iso_check(spec: InputSpec) -> _Check:
     """Event time as ISO-8601 text with a zone, as ``_tms`` (int64 ms, sub-ms truncated)."""
-    p, q = _sql_str(_variant_path(spec.ts_field, "--ts-field")), _quoted(spec.ts_field)
+    p, q = _sql_str(variant_path(spec.ts_field, "--ts-field")), _quoted(spec.ts_field)
     zoned = f"_tstr RLIKE '{_ISO_BODY}{_ISO_ZONE}'"
     pre = (F.expr(f"schema_of_variant(variant_get(_v, {p}))").alias("_tt"),
            F.expr(f"try_variant_get(_v, {p}, 'string')").alias("_tstr"))

@@ -17,23 +17,27 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
 from revise.config import EngineConfig
 from revise.engine import Engine, InputBatch
-from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA, revision_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.state import GroupState
 
 __all__ = [
     "KIND_SCHEMAS",
+    "LEGACY_COLUMNS",
+    "InputColumns",
     "OUTPUT_DDL",
     "STATE_DDL",
     "BatchTables",
     "decode_output",
     "encode_output",
+    "kind_schemas",
     "make_state_fn",
 ]
 
@@ -42,17 +46,51 @@ KIND_SCHEMAS: Final[dict[str, pa.Schema]] = {
     "late": LATE_SCHEMA,
     "dead": DEAD_LETTER_SCHEMA,
 }
-"""The operator's output kinds (the ``kind`` column) and the schema of each payload."""
+"""The operator's output kinds (the ``kind`` column) and the schema of each payload, for
+today's aggregates; :func:`kind_schemas` gives them for any revision schema."""
+
+
+def kind_schemas(revision_schema: pa.Schema = REVISION_SCHEMA) -> dict[str, pa.Schema]:
+    """:data:`KIND_SCHEMAS` with ``revision_schema`` (``revise.records.revision_schema``)."""
+    return {**KIND_SCHEMAS, "revision": revision_schema}
+
 
 OUTPUT_DDL: Final = "kind STRING, rows BIGINT, payload BINARY"
 STATE_DDL: Final = "snapshot BINARY"
 CHUNK_ROWS = 250_000
 """Rows per IPC chunk (~120 MB of revisions at most): far below Spark's 2 GB value limit."""
 
-# The accepted records' columns, in InputBatch.from_arrays order, with their numpy types.
+@dataclass(frozen=True, slots=True)
+class InputColumns:
+    """The aggregated input columns the operator receives, beside ``key`` and ``ts_ms``.
+
+    Attributes:
+        numeric: ``(column, field path)`` of each double column: :data:`LEGACY_COLUMNS`
+            (``value``, the record's value or 0.0 when only ``count`` is asked) for the bare
+            ``--aggs`` form, else one ``num_*`` column per numeric field of ``--aggs``.
+        distinct: ``(column, field path)`` of each canonical-text column (``dst_*``).
+    """
+
+    numeric: tuple[tuple[str, str], ...]
+    distinct: tuple[tuple[str, str], ...]
+
+    @property
+    def names(self) -> list[str]:
+        """Every column, numeric first."""
+        return [c for c, _ in (*self.numeric, *self.distinct)]
+
+    def items(self) -> list[tuple[str, str]]:
+        """``(column, Spark SQL type)`` of every column, numeric first."""
+        return [(c, "double") for c, _ in self.numeric] + [(c, "string")
+                                                            for c, _ in self.distinct]
+
+
+LEGACY_COLUMNS: Final = InputColumns((("value", "value"),), ())
+"""Today's input: one ``value`` column."""
+
+# The accepted records' fixed columns, with their numpy types.
 _INPUT_COLUMNS: tuple[tuple[str, Any], ...] = (
-    ("key", object), ("ts_ms", np.int64), ("value", np.float64), ("partition", np.int32),
-    ("offset", np.int64),
+    ("key", object), ("ts_ms", np.int64), ("partition", np.int32), ("offset", np.int64),
 )
 
 
@@ -61,8 +99,8 @@ class BatchTables:
     """One micro-batch's output on the driver, as Arrow tables.
 
     Attributes:
-        revisions: Revisions (:data:`~revise.records.REVISION_SCHEMA`), each window's in
-            revision order.
+        revisions: Revisions (the job's ``revise.records.revision_schema``), each window's
+            in revision order.
         late: Too-late records (:data:`~revise.records.LATE_SCHEMA`).
         dead: Dead letters (:data:`~revise.records.DEAD_LETTER_SCHEMA`).
     """
@@ -78,15 +116,17 @@ class BatchTables:
 
 
 def make_state_fn(
-    engine_cfg: EngineConfig, topic: str
+    engine_cfg: EngineConfig, topic: str, fields: InputColumns = LEGACY_COLUMNS,
 ) -> Callable[[Any, Iterator[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]:
     """The per-shard function Spark calls once per micro-batch for each shard with data or state.
 
+    ``fields`` names the aggregated input columns (``revise.spark.stream.input_columns``).
     It restores the shard's engine from its snapshot, applies the batch's records against the
     watermark Spark gives (the same for every shard), handles a close-all command, emits the
     revisions, too-late records and dead letters (:func:`encode_output`), and stores the new
     snapshot — or drops the state when no window is open.
     """
+    schema = revision_schema(engine_cfg.aggregates)
 
     def fn(key: Any, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
         from pyspark import TaskContext
@@ -96,7 +136,8 @@ def make_state_fn(
         watermark_ms = max(0, int(state.getCurrentWatermarkMs()))
         now_ms = int(state.getCurrentProcessingTimeMs())
         engine = Engine.build(engine_cfg, state.get[0] if state.exists else None)
-        batch, dead, close_all = _split_input([p for p in pdfs if len(p)], topic, batch_id)
+        batch, dead, close_all = _split_input([p for p in pdfs if len(p)], topic, batch_id,
+                                              fields)
         out = engine.process(batch, watermark_ms=watermark_ms, batch_id=batch_id, now_ms=now_ms)
         revisions = [out.revisions.to_arrow()]
         if close_all:
@@ -114,16 +155,21 @@ def make_state_fn(
             state.update((engine.snapshot(),))
         elif state.exists:
             state.remove()
-        chunks = encode_output(revisions=revisions, late=[out.late.to_arrow()], dead=dead)
+        chunks = encode_output(revisions=revisions, late=[out.late.to_arrow()], dead=dead,
+                               revision_schema=schema)
         if chunks is not None:
             yield chunks
 
     return fn
 
 
-def _split_input(frames: list[pd.DataFrame], topic: str,
-                 batch_id: int) -> tuple[InputBatch, list[pa.Table], bool]:
-    """A shard's rows → (accepted records, dead letters, whether a close-all command came)."""
+def _split_input(frames: list[pd.DataFrame], topic: str, batch_id: int,
+                 fields: InputColumns) -> tuple[InputBatch, list[pa.Table], bool]:
+    """A shard's rows → (accepted records, dead letters, whether a close-all command came).
+
+    The late records' ``value`` is the first numeric column (``value`` for today's options),
+    0.0 when the aggregates read no number (``count`` and ``distinct`` only).
+    """
     if not frames:
         return InputBatch.empty(topic), [], False
     command = np.concatenate([f["command"].notna().to_numpy() for f in frames])
@@ -132,36 +178,44 @@ def _split_input(frames: list[pd.DataFrame], topic: str,
     dead: list[pa.Table] = []
     if good.all():
         # The usual case: numpy concatenation, cheaper than pd.concat + a mask.
-        columns = {
-            name: np.concatenate([f[name].to_numpy(dtype=dtype) for f in frames])
-            for name, dtype in _INPUT_COLUMNS
-        }
+        def column(name: str, dtype: Any) -> npt.NDArray[Any]:
+            return np.concatenate([f[name].to_numpy(dtype=dtype) for f in frames])
     else:
         rows = pd.concat(frames, ignore_index=True)
         if bad.any():
             dead.append(_dead_letters(rows[bad], topic, batch_id))
         accepted = rows[good]  # bad rows have null ts/value: select before typing
-        columns = {name: accepted[name].to_numpy(dtype=dtype) for name, dtype in _INPUT_COLUMNS}
+
+        def column(name: str, dtype: Any) -> npt.NDArray[Any]:
+            return accepted[name].to_numpy(dtype=dtype)
+    c = {name: column(name, dtype) for name, dtype in _INPUT_COLUMNS}
+    numeric = {f: column(col, np.float64) for col, f in fields.numeric}
+    distinct = {f: column(col, object) for col, f in fields.distinct}
+    values = next(iter(numeric.values())) if numeric else np.zeros(len(c["key"]))
+    if fields == LEGACY_COLUMNS:
+        numeric = {}  # the bare form's engine reads ``values``
     batch = InputBatch.from_arrays(
-        columns["key"], columns["ts_ms"], columns["value"], columns["partition"],
-        columns["offset"], topic=topic,
+        c["key"], c["ts_ms"], values, c["partition"], c["offset"], topic=topic,
+        numeric=numeric, distinct=distinct,
     )
     return batch, dead, bool(command.any())
 
 
 def encode_output(*, revisions: Sequence[pa.Table], late: Sequence[pa.Table],
-                  dead: Sequence[pa.Table]) -> pd.DataFrame | None:
+                  dead: Sequence[pa.Table],
+                  revision_schema: pa.Schema = REVISION_SCHEMA) -> pd.DataFrame | None:
     """A shard's output tables → the operator's rows (None when all are empty).
 
     One row per kind and chunk of at most :data:`CHUNK_ROWS` rows: ``kind``, ``rows``,
-    ``payload`` (an Arrow IPC stream with the kind's schema). :func:`decode_output` is the
-    inverse.
+    ``payload`` (an Arrow IPC stream with the kind's schema; revisions in
+    ``revision_schema``). :func:`decode_output` is the inverse.
     """
+    schemas = kind_schemas(revision_schema)
     chunks: list[tuple[str, int, bytes]] = []
     for kind, tables in (("revision", revisions), ("late", late), ("dead", dead)):
         if not any(t.num_rows for t in tables):
             continue
-        table = pa.concat_tables(tables).cast(KIND_SCHEMAS[kind])
+        table = pa.concat_tables(tables).cast(schemas[kind])
         for start in range(0, table.num_rows, CHUNK_ROWS):
             chunks.append((kind, *_ipc(table.slice(start, CHUNK_ROWS))))
     if not chunks:
@@ -181,19 +235,23 @@ def _ipc(table: pa.Table) -> tuple[int, bytes]:
     return table.num_rows, sink.getvalue().to_pybytes()
 
 
-def decode_output(collected: pa.Table) -> BatchTables:
+def decode_output(collected: pa.Table,
+                  revision_schema: pa.Schema = REVISION_SCHEMA) -> BatchTables:
     """The stateful operator's collected chunks → one table per kind (empty ones included).
+
+    ``revision_schema``: the job's (``revise.records.revision_schema`` of its aggregates).
 
     Chunks keep their order (the order Spark collected them in); rows inside a chunk keep the
     engine's emission order, so one window's revisions of a batch stay in revision order.
     """
-    parts: dict[str, list[pa.Table]] = {k: [] for k in KIND_SCHEMAS}
+    schemas = kind_schemas(revision_schema)
+    parts: dict[str, list[pa.Table]] = {k: [] for k in schemas}
     kinds = collected.column("kind").to_pylist()
     payloads = collected.column("payload")
     for i, kind in enumerate(kinds):
         parts[kind].append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
     tables = {
-        k: pa.concat_tables(v) if v else KIND_SCHEMAS[k].empty_table() for k, v in parts.items()
+        k: pa.concat_tables(v) if v else schemas[k].empty_table() for k, v in parts.items()
     }
     return BatchTables(tables["revision"], tables["late"], tables["dead"])
 

@@ -26,26 +26,12 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from revise.inputspec import spark_path as _path
+
 __all__ = ["INTEGER_TYPES", "classify"]
 
 INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 _MAX_TS = 2**53
-
-
-def _path(field: str) -> str:
-    """The ``variant_get`` path of a top-level field.
-
-    Spark's path syntax has no escapes: a backslash is taken verbatim and a quote always ends
-    the name, so the name goes inside whichever quotes it does not contain, or after a dot.
-    """
-    if "'" not in field:
-        return f"$['{field}']"
-    if '"' not in field:
-        return f'$["{field}"]'
-    if "." not in field and "[" not in field:
-        return f"$.{field}"
-    msg = f"field name {field!r} cannot be addressed in a Spark variant path"
-    raise ValueError(msg)
 
 
 def _sql_str(text: str) -> str:

@@ -3,7 +3,7 @@
 ::
 
     Kafka source (read_committed, maxOffsetsPerTrigger)   control files (close-all commands)
-            │ parse + validate in the JVM (revise.spark.parse)       │
+            │ parse + validate in the JVM (revise.spark.parse, .fields) │
             └──────────────── union ─────────────────────────────────┘
                       │ event_time = ts (0 for bad input and commands)
                       │ withWatermark(event_time, watermark_delay)  → Spark's global watermark
@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from revise.jobconfig import JobConfig
-from revise.spark.operator import OUTPUT_DDL, STATE_DDL, make_state_fn
+from revise.spark.fields import classify_fields
+from revise.spark.operator import LEGACY_COLUMNS, OUTPUT_DDL, STATE_DDL, InputColumns, make_state_fn
 from revise.spark.parse import classify
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["CLOSE_ALL", "build_stream", "write_close_all"]
+__all__ = ["CLOSE_ALL", "build_stream", "input_columns", "parsed_input",
+           "write_close_all"]
 
 CLOSE_ALL = "close_all"
 """The control command that closes every open window of a shard."""
@@ -62,15 +64,9 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
     )
     if cfg.max_records_per_batch:
         reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_records_per_batch))
-    value_required = any(a != "count" for a in cfg.engine.aggs)
-    data = classify(
-        reader.load(),
-        key_field=cfg.key_field,
-        ts_field=cfg.ts_field,
-        value_field=cfg.value_field,
-        value_required=value_required,
-    ).select(
-        "key", "ts_ms", "value", "partition", "offset", "reason",
+    fields = input_columns(cfg)
+    data = parsed_input(reader.load(), cfg).select(
+        "key", "ts_ms", *fields.names, "partition", "offset", "reason",
         F.when(F.col("reason").isNotNull(), F.col("raw_value")).alias("raw_value"),
         F.lit(None).cast("string").alias("command"),
         F.when(
@@ -83,7 +79,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         .select(
             F.lit(None).cast("string").alias("key"),
             F.lit(None).cast("bigint").alias("ts_ms"),
-            F.lit(None).cast("double").alias("value"),
+            *(F.lit(None).cast(t).alias(n) for n, t in fields.items()),
             F.lit(None).cast("int").alias("partition"),
             F.lit(None).cast("bigint").alias("offset"),
             F.lit(None).cast("string").alias("reason"),
@@ -101,10 +97,46 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         )
         .withWatermark("event_time", f"{cfg.engine.watermark_delay_ms} milliseconds")
     )
-    fn = make_state_fn(cfg.engine, cfg.input_topic)
+    fn = make_state_fn(cfg.engine, cfg.input_topic, fields)
     return events.groupBy("shard").applyInPandasWithState(
         fn, OUTPUT_DDL, STATE_DDL, "Update", GroupStateTimeout.ProcessingTimeTimeout
     )
+
+
+def input_columns(cfg: JobConfig) -> InputColumns:
+    """The aggregated input columns of ``cfg`` (see :class:`InputColumns`)."""
+    spec = cfg.input_spec
+    if cfg.engine.aggregates.legacy:
+        return LEGACY_COLUMNS
+    return InputColumns(tuple((spec.numeric_column(f), f) for f in spec.numeric_fields),
+                        tuple((spec.distinct_column(f), f) for f in spec.distinct_fields))
+
+
+def parsed_input(raw: DataFrame, cfg: JobConfig) -> DataFrame:
+    """The Kafka source rows classified (``reason``) and typed for ``cfg``.
+
+    Today's options go through :func:`revise.spark.parse.classify`, the benchmarked path
+    whose reasons ``tests/integration/test_parse.py`` pins; everything else (dotted paths,
+    grouped keys, time formats, ``@timestamp``, ``FN(FIELD)``) through
+    :func:`revise.spark.fields.classify_fields`. Either way the result has ``key``,
+    ``ts_ms``, the :func:`input_columns`, ``partition``, ``offset``, ``reason`` and
+    ``raw_value``.
+    """
+    from pyspark.sql import functions as F
+
+    if cfg.legacy_input:
+        return classify(raw, key_field=cfg.key_field.strip(), ts_field=cfg.ts_field.strip(),
+                        value_field=cfg.value_field.strip(),
+                        value_required=cfg.engine.aggregates.value_required)
+    spec = cfg.input_spec
+    df = classify_fields(raw, spec)
+    if cfg.engine.aggregates.legacy:
+        # The bare form on a nested --value-field: its one number is the ``value`` column.
+        value = (F.col(spec.numeric_column(spec.numeric_fields[0])) if spec.numeric_fields
+                 else F.lit(None).cast("double"))
+        df = df.withColumn("value", F.when(F.col("reason").isNull(),
+                                           F.coalesce(value, F.lit(0.0))))
+    return df
 
 
 def write_close_all(control_dir: str, shards: int) -> Path:

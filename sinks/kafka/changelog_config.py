@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
+import pyarrow as pa
 
 from revise.errors import ConfigError
+from revise.records import REVISION_SCHEMA
 
 __all__ = [
     "DEFAULT_PRODUCER_CONFIG",
@@ -70,6 +72,9 @@ class ChangelogConfig:
             user's client settings: SASL, TLS …).
         consumer_config: The user's librdkafka settings for the progress reader.
         admin_config: The user's librdkafka settings for creating the progress topic.
+        revision_schema: The revisions' fields, in the order the JSON values carry them:
+            ``revise.records.revision_schema`` of the job's aggregates (today's SPEC §4
+            fields by default).
     """
 
     bootstrap_servers: str
@@ -82,6 +87,7 @@ class ChangelogConfig:
     producer_config: Mapping[str, Any] = field(default_factory=dict)
     consumer_config: Mapping[str, Any] = field(default_factory=dict)
     admin_config: Mapping[str, Any] = field(default_factory=dict)
+    revision_schema: pa.Schema = REVISION_SCHEMA
 
     def __post_init__(self) -> None:
         for name in ("bootstrap_servers", "query_id", "changelog_topic", "progress_topic"):

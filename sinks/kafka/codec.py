@@ -35,6 +35,7 @@ __all__ = [
     "decode_dead_letter",
     "decode_late",
     "decode_revision",
+    "decode_revision_row",
     "encode_dead_letters",
     "encode_late",
     "encode_revisions",
@@ -115,27 +116,31 @@ def require_schema(table: pa.Table, schema: pa.Schema, what: str) -> None:
         raise ChangelogEncodeError(msg)
 
 
-def encode_revisions(table: pa.Table) -> tuple[list[bytes], list[bytes]]:
+def encode_revisions(table: pa.Table,
+                     schema: pa.Schema = REVISION_SCHEMA) -> tuple[list[bytes], list[bytes]]:
     """Encode revisions as Kafka keys and values, vectorized.
 
     Args:
-        table: Revisions with (at least) the SPEC §4 fields of ``REVISION_SCHEMA``.
+        table: Revisions with (at least) the fields of ``schema``.
+        schema: The revision fields the values carry: ``REVISION_SCHEMA`` (SPEC §4) or
+            ``revise.records.revision_schema`` of ``FN(FIELD)`` aggregates (SPEC §7), whose
+            ``count`` / ``FN_FIELD`` and ``prev_`` columns replace ``count`` … ``prev_mean``.
 
     Returns:
         ``(keys, values)``: key = ``{"key":…,"window_start_ms":…,"window_end_ms":…}`` (the same
         bytes for a window every time, for partitioning and compaction); value = a JSON object
-        with every SPEC §4 field in schema order, nulls as ``null``, doubles with a decimal
+        with every field of ``schema`` in its order, nulls as ``null``, doubles with a decimal
         point, non-finite doubles as ``null``.
 
     Raises:
         ChangelogEncodeError: a SPEC field is missing.
     """
-    require_schema(table, REVISION_SCHEMA, "revisions")
+    require_schema(table, schema, "revisions")
     if table.num_rows == 0:
         return [], []
     cache: dict[str, pa.Array] = {}
     keys = _json_objects(table, WINDOW_BOUNDS, cache)
-    return _to_bytes(keys), _to_bytes(_json_objects(table, REVISION_SCHEMA.names, cache))
+    return _to_bytes(keys), _to_bytes(_json_objects(table, schema.names, cache))
 
 
 def encode_late(table: pa.Table) -> tuple[list[bytes], list[bytes]]:
@@ -166,6 +171,16 @@ def revision_key(key: str, window_start_ms: int, window_end_ms: int) -> bytes:
 def decode_revision(value: bytes) -> Revision:
     """Decode a changelog value into a :class:`~revise.records.Revision`."""
     return Revision.from_row(_typed_row(orjson.loads(value), REVISION_SCHEMA))
+
+
+def decode_revision_row(value: bytes, schema: pa.Schema = REVISION_SCHEMA) -> dict[str, Any]:
+    """Decode a changelog value into a row of ``schema`` (any ``--aggs``; SPEC §4, §7).
+
+    :class:`~revise.records.Revision` holds today's aggregate fields only; a revision of
+    ``FN(FIELD)`` aggregates (``p99_latency_ms``, ``distinct_user`` …) decodes with this into a
+    dict with the schema's Python types (JSON ``3`` for a double → ``3.0``).
+    """
+    return _typed_row(orjson.loads(value), schema)
 
 
 def decode_late(value: bytes) -> LateRecord:

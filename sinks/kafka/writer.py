@@ -35,7 +35,7 @@ from typing import Any, Final
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA
 from sinks.kafka.admin import ensure_compacted_topic
 from sinks.kafka.changelog_config import (
     DEFAULT_PRODUCER_CONFIG,
@@ -220,11 +220,12 @@ class TransactionalChangelog:
             known = last.emitted_at_ms if batch_id == last.batch_id else None
             return CommitResult(batch_id, True, 0, time.perf_counter() - t0, known)
         # Check before the transaction opens: a bad table never opens one.
-        require_schema(revisions, REVISION_SCHEMA, "revisions")
+        require_schema(revisions, cfg.revision_schema, "revisions")
         require_schema(late, LATE_SCHEMA, "late")
         require_schema(dead_letters, DEAD_LETTER_SCHEMA, "dead-letter")
         outputs: list[tuple[str, pa.Table, _Encoder]] = [
-            (cfg.changelog_topic, revisions, encode_revisions)
+            (cfg.changelog_topic, revisions,
+             lambda t: encode_revisions(t, cfg.revision_schema))
         ]
         if cfg.late_topic:
             outputs.append((cfg.late_topic, late, encode_late))

@@ -12,27 +12,35 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import oracle
 import orjson
+from cli_runs import CliRun
 from deltalake import DeltaTable
+from input_records import Input, InputRecord, Parser, parse_good, parse_legacy, rid
 
+from revise.aggspec import AggList
 from revise.config import EngineConfig, WindowSpec
 from revise.jobconfig import JobConfig
-from sinks.kafka import decode_dead_letter, decode_late, decode_revision, read_committed
+from revise.records import revision_schema
+from sinks.kafka import (
+    decode_dead_letter,
+    decode_late,
+    decode_revision,
+    decode_revision_row,
+    read_committed,
+)
+
+__all__ = ["REPO", "CliRun", "Input", "InputRecord", "JobSetup", "Outputs", "Parser",
+           "QueryRun", "Report", "check_run", "parse_good", "parse_legacy", "read_delta",
+           "replay", "rid", "spark_batches"]
 
 REPO = Path(__file__).resolve().parents[2]
-MAX_TS = 2**53
 WINDOW = tuple[str, int, int]
 
 
@@ -70,12 +78,22 @@ class JobSetup:
     max_records_per_batch: int | None = 500
     # confluent-kafka settings (SASL, TLS …) of every test client; empty: plaintext.
     client_config: dict[str, Any] = field(default_factory=dict)
+    # --aggs and the field options (SPEC §7); None / defaults: today's options.
+    aggs: str | None = None
+    key_field: str = "key"
+    ts_field: str = "ts"
+    ts_format: str = "epoch_ms"
+
+    def agg_list(self) -> AggList:
+        return AggList.parse(self.aggs or "count,sum,min,max,mean")
 
     def engine_config(self) -> EngineConfig:
+        aggs = self.agg_list()
         return EngineConfig(
             window=WindowSpec.parse(self.window), grace_ms=self.grace_ms,
             watermark_delay_ms=self.delay_ms, mode=self.mode,  # type: ignore[arg-type]
-            query_id=self.query_id,
+            query_id=self.query_id, agg_list=None if aggs.legacy else aggs,
+            **({"aggs": aggs.columns} if aggs.legacy else {}),
         )
 
     def job_config(self) -> JobConfig:
@@ -85,6 +103,7 @@ class JobSetup:
             dead_letter_topic=self.dead_letter_topic, delta_path=self.delta_path,
             checkpoint=self.checkpoint, engine=self.engine_config(),
             max_records_per_batch=self.max_records_per_batch, once=True, shards=self.shards,
+            key_field=self.key_field, ts_field=self.ts_field, ts_format=self.ts_format,
         )
 
     def cli_args(self) -> list[str]:
@@ -98,6 +117,10 @@ class JobSetup:
         ]
         if self.max_records_per_batch:
             args += ["--max-records-per-batch", str(self.max_records_per_batch)]
+        if self.aggs:
+            args += ["--aggs", self.aggs]
+        args += ["--key-field", self.key_field, "--ts-field", self.ts_field,
+                 "--ts-format", self.ts_format]
         return args
 
     def produce(self, payloads: Iterable[bytes], keys: Iterable[str | None] | None = None,
@@ -116,65 +139,6 @@ class JobSetup:
                 kw["key"] = ks[i].encode()
             p.produce(self.input_topic, value=v, **kw)
         assert p.flush(30) == 0
-
-
-# --------------------------------------------------------------------------- the input
-
-
-@dataclass(frozen=True)
-class InputRecord:
-    partition: int
-    offset: int
-    raw: bytes | None
-
-
-def rid(partition: int, offset: int) -> int:
-    """The oracle's record id of a Kafka record."""
-    return partition * 1_000_000_000 + offset
-
-
-def parse_good(raw: bytes | None) -> tuple[str, int, float] | None:
-    """SPEC §2 in plain Python: (key, ts, value) of a well-formed record, None for bad input."""
-    if not raw or not raw.strip():
-        return None
-    try:
-        obj = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict):
-        return None
-    key, ts, value = obj.get("key"), obj.get("ts"), obj.get("value")
-    if not isinstance(key, str):
-        return None
-    if isinstance(ts, float) and ts.is_integer():
-        ts = int(ts)
-    if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts < MAX_TS:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return key, ts, float(value)
-
-
-@dataclass
-class Input:
-    """The input topic as a read_committed consumer sees it, classified by SPEC §2."""
-
-    records: list[InputRecord]
-    good: dict[tuple[int, int], oracle.Rec]
-    bad: dict[tuple[int, int], bytes | None]
-
-    @staticmethod
-    def read(bootstrap: str, topic: str, client_config: dict[str, Any] | None = None) -> Input:
-        msgs = read_committed(bootstrap, topic, timeout_s=60, client_config=client_config)
-        records = [InputRecord(m.partition(), m.offset(), m.value()) for m in msgs]
-        good, bad = {}, {}
-        for r in records:
-            parsed = parse_good(r.raw)
-            if parsed is None:
-                bad[(r.partition, r.offset)] = r.raw
-            else:
-                good[(r.partition, r.offset)] = oracle.Rec(*parsed, rid(r.partition, r.offset))
-        return Input(records, good, bad)
 
 
 # --------------------------------------------------------------------------- the job's split
@@ -277,7 +241,15 @@ class Outputs:
                                   client_config=setup.client_config)
 
         msgs = topic(setup.changelog_topic)
-        revs = [(m.partition(), m.offset(), decode_revision(m.value()).to_row()) for m in msgs]
+        aggs = setup.agg_list()
+        schema = revision_schema(aggs)
+
+        def decode(value: bytes) -> dict[str, Any]:
+            if aggs.legacy:
+                return decode_revision(value).to_row()
+            return decode_revision_row(value, schema)
+
+        revs = [(m.partition(), m.offset(), decode(m.value())) for m in msgs]
         for (_p, _o, row), m in zip(revs, msgs, strict=True):
             key = orjson.loads(m.key())  # the window, so compaction keeps its latest revision
             assert key == {k: row[k] for k in ("key", "window_start_ms", "window_end_ms")}, key
@@ -305,9 +277,6 @@ def _comparable(row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(sorted(row.items()))
 
 
-AGGS = ("count", "sum", "min", "max", "mean")
-
-
 def _same(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is b
@@ -325,19 +294,30 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
-def check_run(setup: JobSetup) -> Report:
-    """Every SPEC §4–6 promise about a finished ``--once`` run; returns what it saw.
+# Longer than ~60 lines: one promise after another, each a few asserts, over shared tables.
+def check_run(setup: JobSetup, parse: Parser = parse_legacy,
+              expected: Callable[[list[dict[Any, Any]]], dict[str, Any]] | None = None) -> Report:
+    """Every SPEC §4–7 promise about a finished ``--once`` run; returns what it saw.
 
     Kafka and Delta must agree on every field, ``emitted_at_ms`` included, also after crashes
     and restarts: a replay that finds its batch committed in Kafka stamps Delta with the
     ``emitted_at_ms`` recorded in the committed progress marker.
+
+    The ``FN(FIELD)`` form (``setup.aggs``) needs ``parse`` (the input rules of the run's
+    field options, giving each good record's aggregated fields) and ``expected`` (the batch
+    computation: the records' fields → every aggregate column); each FINAL must equal it over
+    the window's accepted records (percentiles and distinct exactly, sums and means within
+    1e-9). Sessions are checked in the bare form only.
     """
-    inp = Input.read(setup.bootstrap, setup.input_topic, setup.client_config)
+    inp = Input.read(setup.bootstrap, setup.input_topic, setup.client_config, parse)
     rep = replay(setup, inp)
     out = Outputs.read(setup)
     cfg = setup.engine_config()
     grace = cfg.grace_ms
     session = cfg.window.kind == "session"
+    legacy = cfg.aggregates.legacy
+    AGGS = cfg.aggregates.columns  # noqa: N806 - the columns every check below walks
+    assert legacy or (expected is not None and not session), "FN(FIELD) needs expected()"
     report = Report()
 
     # -- exactly once: no duplicates, Kafka == Delta ----------------------------------------
@@ -417,8 +397,8 @@ def check_run(setup: JobSetup) -> Report:
         f = finals[w]
         vals = t.values
         want = {"count": len(vals), "sum": math.fsum(vals), "min": min(vals), "max": max(vals),
-                "mean": math.fsum(vals) / len(vals)}
-        for a in AGGS:
+                "mean": math.fsum(vals) / len(vals)} if legacy else {"count": len(vals)}
+        for a in AGGS if legacy else ("count",) if "count" in AGGS else ():
             assert _same(f[a], want[a]), f"{w}: FINAL {a}={f[a]}, oracle {want[a]}"
         assert f["n_late"] == t.n_late and f["max_lateness_ms"] == t.max_lateness, w
         assert f["batch_id"] == rep.final_batch_id(w), (
@@ -456,17 +436,23 @@ def check_run(setup: JobSetup) -> Report:
         # Accepted = every (record, window) of the good input not in Delta `late`: the batch
         # aggregate over it is each window's FINAL (independent of the split).
         rejected = set(late_ids(out.late))
-        acc: dict[WINDOW, list[float]] = defaultdict(list)
+        acc: dict[WINDOW, list[oracle.Rec]] = defaultdict(list)
         for r in inp.good.values():
             for s, e in oracle.windows_of(r.ts, size, adv):
                 if (r.rid, s, e) not in rejected:
-                    acc[(r.key, s, e)].append(r.value)
+                    acc[(r.key, s, e)].append(r)
         assert set(acc) == set(finals)
-        for w, vals in acc.items():
+        for w, recs in acc.items():
+            if expected is not None:
+                _check_columns(w, finals[w], expected([inp.fields[r.rid] for r in recs]))
+                continue
+            vals = [r.value for r in recs]
             assert finals[w]["count"] == len(vals)
             assert _same(finals[w]["sum"], math.fsum(vals))
             assert _same(finals[w]["min"], min(vals)) and _same(finals[w]["max"], max(vals))
-    assert sum(f["count"] for f in finals.values()) + len(out.late) == pairs
+    counts = ([f["count"] for f in finals.values()] if "count" in AGGS
+              else [len(t.values) for t in truth.windows.values()])
+    assert sum(counts) + len(out.late) == pairs
     assert len(out.dead) == len(inp.bad)
 
     # -- dead letters: every malformed record, with its reason and offset -------------------
@@ -496,76 +482,18 @@ def check_run(setup: JobSetup) -> Report:
     return report
 
 
+def _check_columns(w: WINDOW, final: dict[str, Any], want: dict[str, Any]) -> None:
+    """A FINAL against the batch computation: ints, percentiles and maxima exactly."""
+    for col, v in want.items():
+        if col.startswith(("sum_", "mean_")):
+            assert _same(final[col], v), f"{w}: FINAL {col}={final[col]}, batch {v}"
+        else:
+            assert final[col] == v, f"{w}: FINAL {col}={final[col]}, batch {v}"
+
+
 def _invalid_json(raw: bytes) -> bool:
     try:
         json.loads(raw)
     except ValueError:
         return True
     return False
-
-
-# --------------------------------------------------------------------------- subprocess runs
-
-
-class CliRun:
-    """``python -m revise <args>`` (or another ``module``) in its own process group (so the JVM
-    dies with it)."""
-
-    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
-                 log: Path, module: str = "revise") -> None:
-        full_env = {k: v for k, v in os.environ.items() if k != "REVISE_CRASH_AT"}
-        full_env.update(env or {})
-        self.log_path = log
-        self._log = open(log, "wb")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args], cwd=cwd, env=full_env,
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, text: str, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if text in self.log():
-                return True
-            if self.proc.poll() is not None:
-                return text in self.log()
-            time.sleep(0.1)
-        return False
-
-    def signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
-
-    def wait(self, timeout_s: float) -> int:
-        """Wait for the process; then SIGKILL what is left of its group (the JVM)."""
-        try:
-            rc = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.signal_group(signal.SIGKILL)
-            self.proc.wait(30)
-            msg = f"revise did not exit within {timeout_s}s:\n{self.tail()}"
-            raise AssertionError(msg) from None
-        finally:
-            self._log.close()
-        self.signal_group(signal.SIGKILL)
-        _wait_group_gone(self.proc.pid)
-        return rc
-
-    def tail(self, n: int = 40) -> str:
-        lines = [ln for ln in self.log().splitlines() if not ln.lstrip().startswith("at ")]
-        return "\n".join(lines[-n:])
-
-
-def _wait_group_gone(pgid: int, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)

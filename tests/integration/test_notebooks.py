@@ -1,4 +1,4 @@
-"""Both notebooks run top to bottom (nbclient, real Kafka, Spark and Delta) so they never rot.
+"""The notebooks run top to bottom (nbclient, real Kafka, Spark and Delta) so they never rot.
 
 The kernel is this interpreter (a kernelspec written for the test, first on ``JUPYTER_PATH``),
 so it has the same packages. The notebooks get the session's broker through
@@ -106,13 +106,22 @@ def test_compare_modes_runs(kernel_env: Path) -> None:
     assert _pngs(nb) == 3
 
 
+def test_percentiles_runs(kernel_env: Path) -> None:
+    nb = execute(NOTEBOOKS / "percentiles.ipynb", jupyter_path=kernel_env)
+    _no_errors(nb)
+    text = _text(nb)
+    assert "p99_ms" in text and "users" in text  # the p99 per endpoint per minute
+    assert "LATE revisions; the ones that moved p99" in text and "p99_before" in text
+    assert "largest relative error of the FINAL p99" in text  # checked within 1 % in the cell
+
+
 if __name__ == "__main__":  # refresh the committed outputs
     import tempfile
 
     import nbformat
 
     home = _kernel_home(Path(tempfile.mkdtemp()))
-    for name in sys.argv[1:] or ["quickstart.ipynb", "compare_modes.ipynb"]:
+    for name in sys.argv[1:] or ["quickstart.ipynb", "compare_modes.ipynb", "percentiles.ipynb"]:
         done = execute(NOTEBOOKS / name, jupyter_path=home)
         nbformat.write(done, NOTEBOOKS / name)
         print("executed and saved", name)

@@ -209,3 +209,22 @@ def test_first_batch_watermark_is_anchored(revision_mode: pd.DataFrame) -> None:
     early.loc[early["watermark_ms"] == 2000, "watermark_ms"] = 0  # b's rev 0 in batch 0
     s = window_summary(anchor_initial_watermark(early, 1000)).set_index("key")
     assert s.loc["b", "first_latency_ms"] == 1000 - 10000
+
+
+def test_accuracy_on_the_first_requested_aggregate_of_the_fn_field_form(
+        revision_mode: pd.DataFrame) -> None:
+    from revise.aggspec import AggList
+    from revise.compare.metrics import ACCURACY_FIELDS, accuracy_fields
+
+    assert accuracy_fields(AggList.parse("count,sum,max")) == ACCURACY_FIELDS
+    assert accuracy_fields(AggList.parse("count,p99(lat),distinct(u)")) == ("count", "p99_lat")
+    assert accuracy_fields(AggList.parse("distinct(u),p50(lat)")) == ("distinct_u",)
+    # p99 of the worked example's windows: the sum column stands in for it.
+    p99 = revision_mode.drop(columns=["count", "mean"]).rename(columns={"sum": "p99_lat"})
+    acc = accuracy_over_time(p99, [-8000, 0], ("p99_lat",)).set_index("since_end_ms")
+    assert list(acc.columns) == ["rel_err_p99_lat", "share_exact", "share_answered"]
+    assert acc.loc[-8000, "rel_err_p99_lat"] == pytest.approx((1 + 0 + 4 / 6) / 3)
+    assert acc.loc[0, "share_exact"] == pytest.approx(2 / 3)
+    summary = window_summary(p99, ("p99_lat",)).set_index(["key", "window_start_ms"])
+    assert summary.loc[("a", 0), "final_value_latency_ms"] == 1000  # rev 1 has the final 18
+    assert summary.loc[("a", 0), "p99_lat"] == 18.0

@@ -38,3 +38,38 @@ def test_a_shard_without_output_yields_nothing():
 
     assert operator.encode_output(revisions=[REVISION_SCHEMA.empty_table()], late=[],
                                   dead=[]) is None
+
+
+def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
+    """A shard's rows with ``num_*`` / ``dst_*`` columns (issue 13) → the engine's numeric and
+    distinct inputs; bad rows → dead letters; revisions in the AggList's schema both ways."""
+    import pandas as pd
+
+    from revise.aggspec import AggList
+    from revise.config import EngineConfig, WindowSpec
+    from revise.engine import Engine
+    from revise.records import revision_schema
+    from revise.spark import operator
+
+    aggs = AggList.parse("count,max(a.b),p50(a.b),distinct(u)")
+    fields = operator.InputColumns((("num_a_b", "a.b"),), (("dst_u", "u"),))
+    frame = pd.DataFrame({
+        "key": ["k", "k", None], "ts_ms": [5, 7, None], "num_a_b": [2.0, 4.0, None],
+        "dst_u": ['"x"', '"y"', None], "partition": [0, 0, 1], "offset": [1, 2, 3],
+        "reason": [None, None, "missing field 'a.b'"], "raw_value": [None, None, "{}"],
+        "command": [None, None, None],
+    })
+    batch, dead, close_all = operator._split_input([frame], "t", 4, fields)
+    assert not close_all and len(batch) == 2 and dead[0].column("reason").to_pylist() == [
+        "missing field 'a.b'"]
+    assert batch.values.tolist() == [2.0, 4.0]  # the late records' value: the first number
+    assert batch.numeric["a.b"].tolist() == [2.0, 4.0] and len(batch.distinct["u"]) == 2
+    cfg = EngineConfig(WindowSpec.parse("tumbling:10ms"), 0, agg_list=aggs)
+    out = Engine.build(cfg, None).process(batch, watermark_ms=0, batch_id=4, now_ms=1)
+    schema = revision_schema(aggs)
+    rows = operator.encode_output(revisions=[out.revisions.to_arrow()], late=[], dead=dead,
+                                  revision_schema=schema)
+    back = operator.decode_output(pa.Table.from_pandas(rows, preserve_index=False), schema)
+    (rev,) = back.revisions.to_pylist()
+    assert back.revisions.schema == schema and back.dead.num_rows == 1
+    assert (rev["count"], rev["max_a_b"], rev["distinct_u"]) == (2, 4.0, 2)

@@ -1,0 +1,95 @@
+"""``revise run``'s issue-13 options without Kafka or Spark: ``--aggs`` in both forms, field
+paths, grouped keys, ``--ts-format``, ``@timestamp``; which parser a job uses; the checkpoint
+fingerprint; bad values exit 2 naming the fix before any client starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from revise.cli import build_parser
+from revise.cli.run import job_config_from_args
+from revise.errors import ConfigError
+from revise.kafka_config import KafkaSettings
+from revise.records import REVISION_SCHEMA
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ["run", "--bootstrap-servers", "127.0.0.1:1", "--input-topic", "in", "--changelog-topic",
+        "out", "--delta-path", "/tmp/revise-d", "--checkpoint", "/tmp/revise-c", "--query-id",
+        "q", "--window", "tumbling:1d", "--grace", "1s"]
+
+
+def config(*extra: str):
+    args = build_parser().parse_args([*BASE, *extra])
+    return job_config_from_args(args, KafkaSettings(None).with_bootstrap("127.0.0.1:1"))
+
+
+def test_todays_options_keep_todays_parser_schema_and_fingerprint():
+    cfg = config()
+    assert cfg.legacy_input and cfg.revision_schema is REVISION_SCHEMA
+    assert cfg.fingerprint() == {
+        "query_id": "q", "input_topic": "in", "window": "tumbling:1d", "grace_ms": 1000,
+        "watermark_delay_ms": 0, "aggs": ["count", "sum", "min", "max", "mean"],
+        "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"]}
+    assert config("--aggs", "count,max", "--value-field", "v").legacy_input
+    # A nested value field keeps the bare form's columns but needs the general parser.
+    nested = config("--value-field", "payload.amount")
+    assert not nested.legacy_input and nested.input_spec.numeric_fields == ("payload.amount",)
+    assert nested.revision_schema is REVISION_SCHEMA
+    assert config("--aggs", "count").input_spec.numeric_fields == ()
+
+
+def test_fn_field_options_reach_the_spec_schema_and_fingerprint():
+    cfg = config("--aggs", "count,sum(amount),p99(http.latency_ms),distinct(user.id)",
+                 "--key-field", "store, region", "--ts-field", "@timestamp",
+                 "--ts-format", "epoch_s")
+    spec = cfg.input_spec
+    assert not cfg.legacy_input
+    assert spec.key_fields == ("store", "region") and spec.ts_field == "@timestamp"
+    assert spec.numeric_fields == ("amount", "http.latency_ms")
+    assert spec.distinct_fields == ("user.id",)
+    names = cfg.revision_schema.names
+    assert names[names.index("retracted") + 1:names.index("n_late")] == [
+        "count", "sum_amount", "p99_http_latency_ms", "distinct_user_id", "prev_count",
+        "prev_sum_amount", "prev_p99_http_latency_ms", "prev_distinct_user_id"]
+    fp = cfg.fingerprint()
+    assert fp["aggs"] == "count,sum(amount),p99(http.latency_ms),distinct(user.id)"
+    assert fp["ts_format"] == "epoch_s"
+    # Everything that changes the state's meaning changes the fingerprint.
+    assert config("--aggs", "count,sum(amount),p95(http.latency_ms),distinct(user.id)",
+                  "--key-field", "store,region", "--ts-field", "@timestamp",
+                  "--ts-format", "epoch_s").fingerprint() != fp
+    assert config("--ts-format", "epoch_us").fingerprint()["ts_format"] == "epoch_us"
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--aggs", "p99"], "p99 needs a field; write p99(FIELD)"),
+    (["--aggs", "count,sum,p99(x)"], "mixes the bare form"),
+    (["--aggs", "p100(x)"], "p1 ... p99"),
+    (["--ts-format", "epoch_ns"], "--ts-format must be one of epoch_ms, epoch_s"),
+    (["--key-field", "a,,b"], '--key-field "a,,b" has an empty field'),
+    (["--key-field", "a,a"], "repeats a field"),
+    (["--ts-field", "a..b"], "empty path segment"),
+])
+def test_bad_values_are_configuration_errors(extra, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")
+                       .replace(".", r"\.")):
+        config(*extra)
+
+
+def test_cli_exits_2_with_the_fix_before_contacting_kafka():
+    env_aggs = {"REVISE_AGGS": "count,median(x)"}
+    proc = subprocess.run([sys.executable, "-m", "revise", *BASE], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**_env(), **env_aggs})
+    assert proc.returncode == 2, proc.stderr
+    assert "unknown aggregate 'median'" in proc.stderr and "Kafka" not in proc.stderr
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("REVISE_")}
