@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from revise.cli.args import (
     add_engine_options,
+    add_field_options,
     add_generator_options,
     duration_type,
     engine_config,
@@ -46,6 +47,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--step", default="10ms", type=duration_type("--step"),
                    help="event-time advance per generated record")
     add_engine_options(p, mode=False)
+    add_field_options(p)
     p.add_argument("--max-records-per-batch", type=int, default=1000,
                    help="records per micro-batch in both runs")
     p.add_argument("--rate", type=float, help="replay the input at this many records/s while "
@@ -85,6 +87,8 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         rate=maybe_float(args.rate, "--rate"), trigger_ms=maybe_duration(args.trigger, "--trigger"),
         shards=maybe_int(args.shards, "--shards") or 4,
         timeout_s=None if timeout is None else timeout / 1000,
+        key_field=args.key_field, ts_field=args.ts_field, ts_format=args.ts_format,
+        value_field=args.value_field,
     )
 
 

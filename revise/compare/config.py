@@ -34,6 +34,9 @@ class CompareConfig:
         grace_factors: Grace multipliers of the offline what-if.
         run_id: Names topics, query ids and checkpoints; unique per call by default.
         timeout_s: Give up a job after this long (None: no limit).
+        key_field, ts_field, ts_format, value_field: Where the inputs are in a record, as for
+            ``revise run`` (docs/FIELDS.md); other than the defaults only with ``input_topic``
+            (the generator writes ``key``, ``ts`` in epoch ms and ``value``).
     """
 
     bootstrap_servers: str
@@ -51,6 +54,16 @@ class CompareConfig:
                         + uuid.uuid4().hex[:6])
     timeout_s: float | None = None
     kafka: KafkaSettings = field(default_factory=lambda: KafkaSettings(None))
+    key_field: str = "key"
+    ts_field: str = "ts"
+    ts_format: str = "epoch_ms"
+    value_field: str = "value"
+
+    @property
+    def default_fields(self) -> bool:
+        """Whether the input is read from the default fields (``key``, ``ts`` in ms, ``value``)."""
+        return ((self.key_field.strip(), self.ts_field.strip(), self.ts_format.strip().lower(),
+                 self.value_field.strip()) == ("key", "ts", "epoch_ms", "value"))
 
     @property
     def kafka_settings(self) -> KafkaSettings:
@@ -60,6 +73,11 @@ class CompareConfig:
     def __post_init__(self) -> None:
         if (self.input_topic is None) == (self.generator is None):
             msg = "give --input-topic to compare on an existing topic, or --events to generate one"
+            raise ConfigError(msg)
+        if self.generator is not None and not self.default_fields:
+            msg = ("--key-field, --ts-field, --ts-format and --value-field describe an existing "
+                   "--input-topic; generated input has key, ts (epoch ms) and value: drop them "
+                   "or give --input-topic")
             raise ConfigError(msg)
         if self.max_records_per_batch < 1:
             msg = f"--max-records-per-batch must be >= 1, got {self.max_records_per_batch}"

@@ -37,6 +37,8 @@ from revise.vocab import MAX_TS_MS, WINDOW_BOUNDS
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from revise.jobconfig import JobConfig
+
 __all__ = ["CompareError", "batch_of_records", "offset_ranges", "run_compare"]
 
 
@@ -88,6 +90,7 @@ def run_compare(
     topics: dict[str, str] = {}
     seconds: dict[str, float] = {}
     progress: dict[str, list[dict[str, Any]]] = {}
+    jobs: dict[str, JobConfig] = {}
     for mode in MODES:
         engine = replace(cfg.engine, mode=mode, query_id=cfg.query_id(mode))
         topic = source_topic if cfg.rate is None else f"compare-input-{cfg.run_id}-{mode}"
@@ -98,8 +101,10 @@ def run_compare(
             delta_path=f"{cfg.delta_path}/{mode}",
             checkpoint=str(out / "checkpoints" / mode), engine=engine, once=cfg.rate is None,
             max_records_per_batch=cfg.max_records_per_batch, shards=cfg.shards,
-            trigger_ms=cfg.trigger_ms, kafka=cfg.kafka,
+            trigger_ms=cfg.trigger_ms, kafka=cfg.kafka, key_field=cfg.key_field,
+            ts_field=cfg.ts_field, ts_format=cfg.ts_format, value_field=cfg.value_field,
         )
+        jobs[mode] = job
         t0 = time.monotonic()
         if cfg.rate is None:
             echo(f"{mode} mode: bounded run of {topic} (query {engine.query_id})")
@@ -117,7 +122,10 @@ def run_compare(
         echo(f"{mode} mode: done in {seconds[mode]:.0f}s")
 
     # 3. gather and compute
-    comparison = _compute(cfg, topics, seconds, progress, out)
+    arrivals: dict[str, pd.DataFrame] = {
+        mode: _arrivals(cfg.kafka_settings, topics[mode]) if cfg.default_fields
+        else _arrivals_parsed(spark, jobs[mode]) for mode in MODES}
+    comparison = _compute(cfg, topics, arrivals, seconds, progress, out)
 
     # 4. write
     write(comparison)
@@ -240,6 +248,40 @@ def _arrivals(kafka: KafkaSettings, topic: str) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
+def _arrivals_parsed(spark: SparkSession, job: JobConfig) -> pd.DataFrame:
+    """:func:`_arrivals` of input in other fields (dotted paths, grouped keys, time formats).
+
+    The topic is read once by Spark and classified by the job's own parser
+    (``revise.spark.stream.parsed_input``), so a record is well-formed here exactly when the job
+    accepted it, with the same key text and event time (``@timestamp`` included). ``value`` is
+    the first numeric aggregated field (0.0 when none).
+    """
+    from pyspark.sql import functions as F
+
+    from revise.spark.stream import input_columns, parsed_input
+
+    raw = (
+        spark.read.format("kafka")
+        .options(**job.kafka_settings.spark_source_options())
+        .option("subscribe", job.input_topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+    )
+    numeric = [c for c, _f in input_columns(job).numeric]
+    value = F.col(numeric[0]) if numeric else F.lit(0.0)
+    good: pd.DataFrame = (parsed_input(raw, job).where(F.col("reason").isNull())
+            .select("key", "ts_ms", value.cast("double").alias("value"), "partition", "offset")
+            .toPandas())
+    times: pd.DataFrame = raw.select("partition", "offset",
+                       F.unix_millis("timestamp").alias("arrival_ms")).toPandas()
+    frame = good.merge(times, on=["partition", "offset"], how="left")
+    frame = frame.sort_values(["arrival_ms", "partition", "offset"], kind="stable")
+    frame.attrs["total_records"] = len(times)
+    return frame.reset_index(drop=True)
+
+
 def _offsets(raw: Any, topic: str) -> dict[int, int] | None:
     """``{partition: offset}`` of ``topic`` in a progress report's start/end offset."""
     if raw is None:
@@ -318,14 +360,14 @@ def _grid(summaries: Sequence[pd.DataFrame], window: WindowSpec, grace_ms: int) 
 
 # Longer than ~60 lines: read both modes, then one report per mode, then the what-if.
 def _compute(
-    cfg: CompareConfig, topics: dict[str, str], seconds: dict[str, float],
+    cfg: CompareConfig, topics: dict[str, str], arrivals: dict[str, pd.DataFrame],
+    seconds: dict[str, float],
     progress: dict[str, list[dict[str, Any]]], out: Path,
 ) -> Comparison:
     revisions: dict[str, pd.DataFrame] = {}
     summaries: dict[str, pd.DataFrame] = {}
     lates: dict[str, pd.DataFrame] = {}
     dead: dict[str, int] = {}
-    arrivals: dict[str, pd.DataFrame] = {}
     fields = accuracy_fields(cfg.engine.aggregates)
     for mode in MODES:
         root = f"{cfg.delta_path}/{mode}"
@@ -334,7 +376,6 @@ def _compute(
         revisions[mode] = read_table(f"{root}/revisions", query_id=qid)
         lates[mode] = read_table(f"{root}/late", query_id=qid)
         dead[mode] = len(read_table(f"{root}/dead_letter", query_id=qid))
-        arrivals[mode] = _arrivals(cfg.kafka_settings, topics[mode])
         real = revisions[mode]["watermark_ms"]
         real = real[real > 0]
         if len(real):

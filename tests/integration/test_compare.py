@@ -139,3 +139,58 @@ def test_comparisons_delta_table(
         doc["modes"]["watermark"]["latency_event_ms"]["first_result"]["p50"]
     assert got[("both", "grace_what_if", "too_late_at_grace_x1")] == \
         doc["modes"]["revision"]["too_late_records"]
+
+
+def test_compare_reads_nested_fields_of_an_existing_topic(
+    kafka_bootstrap: str, new_topic: Any, spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 13 through compare: dotted paths, ISO-8601 time and FN(FIELD) on an input topic.
+
+    Both modes must accept exactly the records the job's parser accepts (a zone-less time is
+    a dead letter), and every window's first-result latency must be computed, which needs each
+    accepted record's key and event time read with the same rules as the job.
+    """
+    import datetime as dt
+
+    from confluent_kafka import Producer
+
+    topic = new_topic("cmp-nested", partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    windows: set[tuple[str, int]] = set()
+    for i in range(240):
+        # event time advances 25 ms per record, with every 15th record 1.2 s behind
+        t = base + dt.timedelta(milliseconds=25 * i - (1_200 if i % 15 == 14 else 0))
+        user = f"u{i % 4}"
+        at = t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        if i % 40 == 39:
+            at = at[:-1]  # no zone: a dead letter
+        else:
+            windows.add((user, int(t.timestamp() * 1000) // 1000))
+        payload = {"ev": {"user": user, "at": at, "ms": float(i % 17)}}
+        producer.produce(topic, json.dumps(payload).encode())
+    producer.flush(30)
+
+    out = tmp_path / "out"
+    code = main([
+        "compare", "--bootstrap-servers", kafka_bootstrap, "--input-topic", topic,
+        "--key-field", "ev.user", "--ts-field", "ev.at", "--ts-format", "iso8601",
+        "--aggs", "count,p99(ev.ms)", "--window", "tumbling:1s", "--grace", "2s",
+        "--max-records-per-batch", "80", "--shards", "2", "--timeout", "4m",
+        "--output", str(out),
+    ])
+    assert code == 0
+    doc = json.loads((out / "comparison.json").read_text())
+    assert doc["settings"]["accuracy_fields"] == ["count", "p99_ev_ms"]
+    for mode in ("revision", "watermark"):
+        m = doc["modes"][mode]
+        assert m["volume"]["input_records"] == 240
+        assert m["dead_letters"] == 6
+        assert m["too_late_records"] == 0  # grace 2 s covers the 1.2 s stragglers
+        assert m["volume"]["windows"] == len(windows)
+        # every window's first record was found among the parsed arrivals
+        assert m["latency_event_ms"]["first_result"]["n"] == len(windows)
+        finals = spark.read.format("delta").load(
+            f"{doc['settings']['delta_paths'][mode]}/revisions").where("is_final")
+        assert {r["key"] for r in finals.select("key").collect()} == {"u0", "u1", "u2", "u3"}
+        assert "p99_ev_ms" in finals.columns

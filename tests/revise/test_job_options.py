@@ -93,3 +93,19 @@ def _env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if not k.startswith("REVISE_")}
+
+
+def test_compare_takes_the_field_options_only_for_an_existing_topic(tmp_path):
+    from revise.compare import CompareConfig
+    from revise.config import EngineConfig, WindowSpec
+    from revise.generate import GeneratorConfig
+
+    engine = EngineConfig(window=WindowSpec.parse("tumbling:1s"), grace_ms=0)
+    common = {"bootstrap_servers": "127.0.0.1:1", "output": str(tmp_path),
+              "delta_path": str(tmp_path / "d"), "engine": engine}
+    nested = {"key_field": "ev.user", "ts_field": "ev.at", "ts_format": "iso8601"}
+    on_topic = CompareConfig(**common, input_topic="events", **nested)
+    assert not on_topic.default_fields
+    assert CompareConfig(**common, input_topic="events").default_fields
+    with pytest.raises(ConfigError, match="describe an existing --input-topic"):
+        CompareConfig(**common, generator=GeneratorConfig(events=10, keys=2), **nested)
