@@ -163,7 +163,9 @@ def format_frame(frame: pd.DataFrame, fmt: Format = "table") -> str:
         frame.to_csv(buf, index=False)
         return buf.getvalue().rstrip("\n")
     if fmt == "json":
-        rows = json.loads(frame.to_json(orient="records", date_format="iso") or "[]")
+        # 15 significant digits, pandas' most (its default, 10, cut sums and percentiles).
+        rows = json.loads(frame.to_json(orient="records", date_format="iso",
+                                        double_precision=15) or "[]")
         return "\n".join(json.dumps(r) for r in rows)
     if frame.empty:
         return " ".join(frame.columns) + "\n(no rows)"
