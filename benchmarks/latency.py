@@ -14,7 +14,8 @@ seconds and stops it.
   ``groupBy(window, key)`` with count and sum, RocksDB state store) writing each updated row to
   Kafka with Spark's Kafka sink (at-least-once), same trigger.
 
-Figures, per system, over the windows whose first record was sent while feeding:
+Figures, per system, over the windows whose first record was sent while feeding (after
+``--warmup-s``):
 
 - first-result latency: Kafka timestamp of a window's first input record → the first result
   for the window (revise: ``emitted_at_ms`` of revision 0, stamped when its micro-batch commits;
@@ -178,8 +179,9 @@ def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> d
         if not run.wait_for("batch=0 ", 300):
             msg = f"{system} did not start:\n{run.tail()}"
             raise RuntimeError(msg)
-        fed_from = int(time.time() * 1000)
         feeder.start()
+        time.sleep(args.warmup_s)  # Spark starts its Python workers on the first rows
+        fed_from = int(time.time() * 1000)
         time.sleep(args.minutes * 60)
         feeder.stop.set()
         feeder.join(60)
@@ -218,6 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--grace-ms", type=int, default=5000)
     ap.add_argument("--disorder-ms", type=int, default=2000)
     ap.add_argument("--idle-s", type=float, default=20.0, help="idle run after feeding")
+    ap.add_argument("--warmup-s", type=float, default=0.0,
+                    help="feed this long before the measured --minutes; windows whose first "
+                    "record went out then are not counted (the first batches with rows start "
+                    "Spark's Python workers)")
     ap.add_argument("--bootstrap-servers")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--trigger-ms", type=int,
