@@ -8,7 +8,14 @@ memory), one after the other on the same input:
 - ``revision-plain``: the same with a plain (non-transactional, at-least-once) producer;
 - ``watermark-eos``: watermark mode, exactly-once;
 - ``spark-native``: Spark's own windowed aggregation (update mode, noop sink, same topic and
-  micro-batch size, watermark delay = grace), the peer.
+  micro-batch size, watermark delay = grace, RocksDB state store), the peer;
+- ``spark-native-kafka``: the same writing every updated row as JSON to a Kafka topic with
+  Spark's own (at-least-once) Kafka sink (not in the default set).
+
+Issue 12's workloads: ``--keys 1000 --partitions 4 --variants
+revision-eos,revision-plain,watermark-eos,spark-native-kafka`` (throughput, item 2) and
+``--events 2000000 --keys 1000000 --window tumbling:24h --grace 1h --batch 100000`` (state
+that grows, item 1: compare ``batch_s_first5`` with ``batch_s_last5`` and ``checkpoint_mb``).
 
 For each: records/s over the whole run (revise: from ``run_job`` to its return, set-up
 included; native: from the query's start), records/s after the first micro-batch (Spark's
@@ -36,6 +43,7 @@ from typing import Any
 __all__ = ["main"]
 
 VARIANTS = ("revision-eos", "revision-plain", "watermark-eos", "spark-native")
+ALL_VARIANTS = (*VARIANTS, "spark-native-kafka")
 
 
 class PeakRss:
@@ -83,7 +91,7 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
     run = uuid.uuid4().hex[:6]
     work = Path(args.work) / f"{args.variant}-{run}"
     with PeakRss() as rss:
-        if args.variant == "spark-native":
+        if args.variant.startswith("spark-native"):
             figures = _native(spark, args, work)
         else:
             figures = _revise(spark, args, work, run)
@@ -114,7 +122,7 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
     first = result.first_progress or {}
     first_s = (first.get("durationMs") or {}).get("triggerExecution", 0) / 1000
     data_rows = result.input_records - cfg.shards  # the close-all commands are not input
-    return {
+    return _batch_figures(list(result.recent_progress), work / "checkpoint") | {
         "variant": args.variant,
         "records": data_rows,
         "seconds": round(total, 1),
@@ -152,11 +160,21 @@ def _native(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     )
     size_s = args.window_ms // 1000
     agg = events.groupBy(F.window("event_time", f"{size_s} seconds"), "key").agg(
-        F.count("*"), F.sum("value"), F.min("value"), F.max("value"), F.avg("value")
+        F.count("*").alias("count"), F.sum("value").alias("sum"), F.min("value").alias("min"),
+        F.max("value").alias("max"), F.avg("value").alias("mean"),
     )
     t0 = time.monotonic()
-    q = (agg.writeStream.outputMode("update").format("noop")
-         .option("checkpointLocation", str(work / "checkpoint"))
+    if args.variant == "spark-native-kafka":
+        out = agg.select(F.to_json(F.struct(
+            "key", F.expr("unix_millis(window.start)").alias("window_start_ms"),
+            F.expr("unix_millis(window.end)").alias("window_end_ms"),
+            "count", "sum", "min", "max", "mean")).alias("value"))
+        writer = (out.writeStream.outputMode("update").format("kafka")
+                  .option("kafka.bootstrap.servers", args.bootstrap)
+                  .option("topic", f"bench-native-out-{uuid.uuid4().hex[:6]}"))
+    else:
+        writer = agg.writeStream.outputMode("update").format("noop")
+    q = (writer.option("checkpointLocation", str(work / "checkpoint"))
          .trigger(availableNow=True).start())
     q.awaitTermination()
     total = time.monotonic() - t0
@@ -164,7 +182,7 @@ def _native(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     rows = sum(int(p.get("numInputRows") or 0) for p in progress)
     first = progress[0] if progress else {}
     first_s = (first.get("durationMs") or {}).get("triggerExecution", 0) / 1000
-    return {
+    return _batch_figures(progress, work / "checkpoint") | {
         "variant": args.variant,
         "records": rows,
         "seconds": round(total, 1),
@@ -184,10 +202,27 @@ def _native(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
+def _batch_figures(progress: list[dict[str, Any]], checkpoint: Path) -> dict[str, Any]:
+    """Mean seconds of the first and the last five data micro-batches, and checkpoint MB.
+
+    The first data micro-batch (Spark's warm-up) is left out.
+    """
+    data = [p for p in progress if int(p.get("numInputRows") or 0) > 1_000]
+    secs = [(p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+            for p in data[1:]]
+
+    def mean(xs: list[float]) -> float | None:
+        return round(sum(xs) / len(xs), 2) if xs else None
+
+    size = sum(f.stat().st_size for f in checkpoint.rglob("*") if f.is_file())
+    return {"batch_s_first5": mean(secs[:5]), "batch_s_last5": mean(secs[-5:]),
+            "checkpoint_mb": round(size / 2**20, 1)}
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
     cols = ["variant", "records", "seconds", "records_per_s", "records_per_s_after_first_batch",
             "first_revision_s", "batches", "revisions", "collect_s", "kafka_commit_s",
-            "delta_write_s", "peak_rss_mb"]
+            "delta_write_s", "batch_s_first5", "batch_s_last5", "checkpoint_mb", "peak_rss_mb"]
     head = "| " + " | ".join(cols) + " |"
     sep = "|" + "|".join("---" for _ in cols) + "|"
     body = ["| " + " | ".join("-" if r.get(c) is None else str(r.get(c)) for c in cols) + " |"
@@ -204,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shards", type=int, default=8)
     p.add_argument("--window", default="tumbling:10s")
     p.add_argument("--grace", default="10s")
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help=f"comma-separated, of {', '.join(ALL_VARIANTS)}")
+    p.add_argument("--partitions", type=int, default=4, help="input topic partitions")
     p.add_argument("--bootstrap", help="Kafka bootstrap (default: an embedded broker started here)")
     p.add_argument("--variant", help=argparse.SUPPRESS)
     p.add_argument("--topic", help=argparse.SUPPRESS)
@@ -263,7 +300,7 @@ def _parent(args: argparse.Namespace) -> int:
         stream = generate(GeneratorConfig(events=args.events, keys=args.keys, seed=42,
                                           disorder_ms=2_000, late_fraction=0.01,
                                           late_by_ms=30_000, step_ms=1))
-        produce(stream, bootstrap_servers=bootstrap, topic=topic, partitions=4)
+        produce(stream, bootstrap_servers=bootstrap, topic=topic, partitions=args.partitions)
         print(f"input: {args.events} events, {args.keys} keys, 1% late, topic {topic} "
               f"({time.monotonic() - t0:.0f}s to generate and produce)", flush=True)
         runs: dict[str, list[dict[str, Any]]] = {}
@@ -278,18 +315,23 @@ def _parent(args: argparse.Namespace) -> int:
                     return 1
                 runs.setdefault(variant, []).append(row)
                 print(f"round {round_} {variant}: {row}", flush=True)
-            if "revision-eos" in variants and "spark-native" in variants:
-                eos, native = runs["revision-eos"][-1], runs["spark-native"][-1]
-                print(f"round {round_}: revision-eos / spark-native throughput "
-                      f"{eos['records_per_s'] / native['records_per_s']:.2f}", flush=True)
+            for peer in ("spark-native", "spark-native-kafka"):
+                for ours in ("revision-eos", "watermark-eos"):
+                    if ours in variants and peer in variants:
+                        a, b = runs[ours][-1], runs[peer][-1]
+                        print(f"round {round_}: {ours} / {peer} throughput "
+                              f"{a['records_per_s'] / b['records_per_s']:.2f}", flush=True)
         rows = [_median_run(runs[v]) for v in variants]
         print()
         print(_table(rows))
         by = {r["variant"]: r for r in rows}
         note = f" (median of {args.repeat} rounds)" if args.repeat > 1 else ""
-        if "revision-eos" in by and "spark-native" in by:
-            ratio = by["revision-eos"]["records_per_s"] / by["spark-native"]["records_per_s"]
-            print(f"\nrevision-eos / spark-native throughput{note}: {ratio:.2f}")
+        print()
+        for peer in ("spark-native", "spark-native-kafka"):
+            for ours in ("revision-eos", "watermark-eos"):
+                if ours in by and peer in by:
+                    ratio = by[ours]["records_per_s"] / by[peer]["records_per_s"]
+                    print(f"{ours} / {peer} throughput{note}: {ratio:.2f}")
         if "revision-eos" in by and "revision-plain" in by:
             cost = 1 - by["revision-eos"]["records_per_s"] / by["revision-plain"]["records_per_s"]
             print(f"exactly-once cost vs plain producer{note}: {cost:+.1%} of throughput")

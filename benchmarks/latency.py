@@ -3,17 +3,19 @@
 ``python -m benchmarks.latency --rate 1000 --minutes 2 [--systems revise native]``
 
 For each system in turn, on a fresh input and output topic of the embedded broker (or
-``--bootstrap-servers``): starts the job unbounded with the default 1 s trigger, waits until it
-has run its first micro-batch, then produces ``--rate`` records/s for ``--minutes`` (the soak's
-feeder: ``--keys`` keys, event time = wall clock minus up to ``--disorder-ms``, Kafka timestamp =
-send time), then lets the job run idle for ``--idle-s`` seconds and stops it.
+``--bootstrap-servers``): starts the job unbounded (default trigger, or ``--trigger-ms``),
+waits until it has run its first micro-batch, then produces ``--rate`` records/s for
+``--minutes`` (the soak's feeder: ``--keys`` keys, event time = wall clock minus up to
+``--disorder-ms``, Kafka timestamp = send time), then lets the job run idle for ``--idle-s``
+seconds and stops it.
 
 - ``revise``: ``revise run`` in revision mode, exactly-once changelog and Delta tables.
 - ``native``: Spark's own update-mode aggregation (``from_json``, ``withWatermark`` = grace,
   ``groupBy(window, key)`` with count and sum, RocksDB state store) writing each updated row to
   Kafka with Spark's Kafka sink (at-least-once), same trigger.
 
-Figures, per system, over the windows whose first record was sent while feeding:
+Figures, per system, over the windows whose first record was sent while feeding (after
+``--warmup-s``):
 
 - first-result latency: Kafka timestamp of a window's first input record → the first result
   for the window (revise: ``emitted_at_ms`` of revision 0, stamped when its micro-batch commits;
@@ -113,15 +115,18 @@ def _start(system: str, args: argparse.Namespace, bootstrap: str, topics: dict[s
                 "--dead-letter-topic", topics["dead"], "--delta-path", str(work / "delta"),
                 "--checkpoint", str(work / "checkpoint"), "--query-id", f"lat-{work.name}",
                 "--window", args.window, "--grace", f"{args.grace_ms}ms"]
+        if args.trigger_ms is not None:
+            argv += ["--trigger", f"{args.trigger_ms}ms"]
         return CliRun(argv, cwd=work, log=work / "job.log")
     native_args = ["--native-child", bootstrap, topics["in"], topics["out"],
-                   str(work / "checkpoint" / "spark"), args.window, str(args.grace_ms)]
+                   str(work / "checkpoint" / "spark"), args.window, str(args.grace_ms),
+                   str(1000 if args.trigger_ms is None else args.trigger_ms)]
     return CliRun(native_args, cwd=work, log=work / "job.log", module="benchmarks.latency")
 
 
 def native(bootstrap: str, input_topic: str, output_topic: str, checkpoint: str, window: str,
-           grace_ms: int) -> None:
-    """Spark's own update-mode windowed aggregation, Kafka in and out, 1 s trigger (a child)."""
+           grace_ms: int, trigger_ms: int = 1000) -> None:
+    """Spark's own update-mode windowed aggregation, Kafka in and out (a child process)."""
     from pyspark.sql import functions as F
 
     from revise.config import WindowSpec
@@ -146,7 +151,8 @@ def native(bootstrap: str, input_topic: str, output_topic: str, checkpoint: str,
     )).alias("value"))
     q = (out.writeStream.outputMode("update").format("kafka")
          .option("kafka.bootstrap.servers", bootstrap).option("topic", output_topic)
-         .option("checkpointLocation", checkpoint).trigger(processingTime="1 second").start())
+         .option("checkpointLocation", checkpoint)
+         .trigger(processingTime=f"{trigger_ms} milliseconds").start())
     seen = -1
     while q.isActive:
         p = q.lastProgress
@@ -173,8 +179,9 @@ def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> d
         if not run.wait_for("batch=0 ", 300):
             msg = f"{system} did not start:\n{run.tail()}"
             raise RuntimeError(msg)
-        fed_from = int(time.time() * 1000)
         feeder.start()
+        time.sleep(args.warmup_s)  # Spark starts its Python workers on the first rows
+        fed_from = int(time.time() * 1000)
         time.sleep(args.minutes * 60)
         feeder.stop.set()
         feeder.join(60)
@@ -213,13 +220,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--grace-ms", type=int, default=5000)
     ap.add_argument("--disorder-ms", type=int, default=2000)
     ap.add_argument("--idle-s", type=float, default=20.0, help="idle run after feeding")
+    ap.add_argument("--warmup-s", type=float, default=0.0,
+                    help="feed this long before the measured --minutes; windows whose first "
+                    "record went out then are not counted (the first batches with rows start "
+                    "Spark's Python workers)")
     ap.add_argument("--bootstrap-servers")
     ap.add_argument("--json", help="write the figures here")
-    ap.add_argument("--native-child", nargs=6, help=argparse.SUPPRESS)
+    ap.add_argument("--trigger-ms", type=int,
+                    help="micro-batch interval of both systems (default: revise's own, 1 s)")
+    ap.add_argument("--native-child", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.native_child:
-        b, i, o, ck, window, grace = args.native_child
-        native(b, i, o, ck, window, int(grace))
+        b, i, o, ck, window, grace, trigger = args.native_child
+        native(b, i, o, ck, window, int(grace), int(trigger))
         return 0
     use_repo_pythonpath()
     from revise.infra import broker
@@ -227,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="revise-latency-"))
     bootstrap = args.bootstrap_servers or broker.start(root / "broker").bootstrap_servers
     print(f"latency: rate={args.rate:.0f}/s minutes={args.minutes} window={args.window} "
-          f"grace={args.grace_ms}ms load={os.getloadavg()[0]:.1f}", flush=True)
+          f"grace={args.grace_ms}ms trigger={args.trigger_ms or 'default'} "
+          f"load={os.getloadavg()[0]:.1f}", flush=True)
     results = []
     try:
         for system in args.systems:

@@ -94,6 +94,19 @@ class Engine:
         return len(self._state)
 
     @property
+    def next_close_ms(self) -> int | None:
+        """The lowest watermark at which an open window closes: min(end) + grace (None: none open).
+
+        :meth:`process` with a watermark below it and no records emits nothing and changes
+        nothing but the stored watermark, so a caller may skip the call (the Spark operator's
+        event-time timeout is set from it). Trace (tumbling 10s, grace 5s): open ``[0,10000)``
+        and ``[10000,20000)`` → 15000.
+        """
+        if len(self._state) == 0:
+            return None
+        return int(self._state.end.min()) + self._config.grace_ms
+
+    @property
     def sealed(self) -> bool:
         """True after :meth:`close_all` closed windows: the (small) state must be kept."""
         return self._sealed_ms > NO_SEAL

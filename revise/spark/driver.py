@@ -7,12 +7,16 @@ This module starts it and watches it (:class:`JobDriver`).
 Why these choices (checked on Spark 4.2, pinned by tests/integration/test_spark_semantics.py):
 
 - The watermark is Spark's, computed from every partition's accepted records, identical for
-  all shards (``state.getCurrentWatermarkMs()``). With a processing-time timeout Spark does not
-  drop rows behind the watermark: the engine sees every late record and decides itself.
-- A processing-time timeout of 1 ms makes Spark call every shard that holds open windows in
-  every micro-batch, including micro-batches without new data, so windows close as the
-  watermark advances even for keys that receive nothing.
-- Such a query never runs out of micro-batches, so ``availableNow`` would never end. A bounded
+  all shards (``state.getCurrentWatermarkMs()``). The stateful operator uses an event-time
+  timeout, and Spark drops the operator's input rows behind the watermark for those; revise
+  hides the real event time from that filter (:func:`revise.spark.stream._keep_late_rows`),
+  so the engine sees every late record and decides itself.
+- Each shard's timeout is the watermark that closes its next window
+  (``Engine.next_close_ms``): Spark calls a shard only when it has rows or that watermark is
+  reached, and runs a micro-batch without new data exactly when the watermark moved, so
+  windows close as the watermark advances even for keys that receive nothing, while an idle
+  job runs no micro-batches and an idle shard's state is neither read nor rewritten.
+- ``availableNow`` ends without the micro-batch that would close the last windows. A bounded
   run (``--once``) instead records the input's end offsets at start, runs until the query has
   read them, then drops a close-all command file into the control source; the micro-batch
   that reads it closes every window (one FINAL each) and the job stops. The command is part of
@@ -356,10 +360,10 @@ def _stop_between_batches(query: StreamingQuery, wait_s: float = 30.0) -> None:
     """Stop the query right after a micro-batch has committed (or after ``wait_s``).
 
     Stopping in the middle of a batch is safe (the batch is replayed on restart) but makes
-    Spark log an interrupted batch; between batches it is silent. The processing-time
-    timeout makes Spark run no-data micro-batches back to back (trigger 0 under ``--once``),
-    so the trigger is almost never seen inactive: the moment just after a batch reports its
-    progress (its commit log is written then) is the gap to aim for.
+    Spark log an interrupted batch; between batches it is silent. Under steady input (or
+    trigger 0 under ``--once``) batches run back to back, so the trigger is rarely seen
+    inactive: the moment just after a batch reports its progress (its commit log is written
+    then) is the gap to aim for.
     """
     deadline = time.monotonic() + wait_s
 

@@ -1,7 +1,9 @@
 """The stateful operator: the revision engine inside Spark, and its Arrow output codec.
 
-Spark calls :func:`make_state_fn`'s function once per shard and micro-batch (for shards with
-data or open windows). It restores the shard's :class:`~revise.engine.Engine` from the
+Spark calls :func:`make_state_fn`'s function once per shard and micro-batch in which the shard
+has rows or the watermark reached its next closing window (an event-time timeout set to it),
+never for an idle shard with nothing due, whose stored state it then neither reads nor
+rewrites. It restores the shard's :class:`~revise.engine.Engine` from the
 snapshot in Spark's state store, applies the batch against Spark's global watermark, and
 returns its revisions, too-late records and dead letters as a few rows holding Arrow IPC
 streams (``kind``, ``rows``, ``payload``): Spark moves a few large binary values instead of
@@ -118,13 +120,14 @@ class BatchTables:
 def make_state_fn(
     engine_cfg: EngineConfig, topic: str, fields: InputColumns = LEGACY_COLUMNS,
 ) -> Callable[[Any, Iterator[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]:
-    """The per-shard function Spark calls once per micro-batch for each shard with data or state.
+    """The per-shard function Spark calls for a shard with rows or with a window due to close.
 
     ``fields`` names the aggregated input columns (``revise.spark.stream.input_columns``).
     It restores the shard's engine from its snapshot, applies the batch's records against the
     watermark Spark gives (the same for every shard), handles a close-all command, emits the
     revisions, too-late records and dead letters (:func:`encode_output`), and stores the new
-    snapshot — or drops the state when no window is open.
+    snapshot with an event-time timeout at the watermark that closes its next window
+    (:attr:`~revise.engine.Engine.next_close_ms`) — or drops the state when no window is open.
     """
     schema = revision_schema(engine_cfg.aggregates)
 
@@ -146,9 +149,12 @@ def make_state_fn(
                 last = max(last, out.max_accepted_ts_ms - engine_cfg.watermark_delay_ms)
             closed = engine.close_all(watermark_ms=last, batch_id=batch_id, now_ms=now_ms)
             revisions.append(closed.revisions.to_arrow())
-        if engine.open_windows:
+        due = engine.next_close_ms
+        if due is not None:
             state.update((engine.snapshot(),))
-            state.setTimeoutDuration(1)
+            # Called again when the watermark passes due - 1, i.e. reaches due (Spark times a
+            # group out when its timestamp < the watermark), or when rows come.
+            state.setTimeoutTimestamp(max(1, due - 1))
         elif engine.sealed:
             # Nothing open, but closed-by-close-all windows must stay closed: keep the
             # (tiny) snapshot that remembers it, without a timeout.

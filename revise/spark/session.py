@@ -73,6 +73,10 @@ def spark_session(
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        # Commit a micro-batch's state as a changelog of the rows it wrote, not a new RocksDB
+        # checkpoint uploaded per shard (docs/BENCHMARKS.md, issue 12); existing checkpoints
+        # switch over on their next batch.
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",

@@ -9,7 +9,7 @@
                       │ withWatermark(event_time, watermark_delay)  → Spark's global watermark
                       │ shard = pmod(xxhash64(key), shards)
                       ▼
-      groupBy(shard).applyInPandasWithState(ProcessingTimeTimeout)   — revise.spark.operator
+      groupBy(shard).applyInPandasWithState(EventTimeTimeout)   — revise.spark.operator
 
 Bad input is sharded by offset (it has no usable key) and goes through the operator too, so
 the dead letters leave in the same micro-batch output as the revisions. The control source
@@ -98,8 +98,33 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         .withWatermark("event_time", f"{cfg.engine.watermark_delay_ms} milliseconds")
     )
     fn = make_state_fn(cfg.engine, cfg.input_topic, fields)
-    return events.groupBy("shard").applyInPandasWithState(
-        fn, OUTPUT_DDL, STATE_DDL, "Update", GroupStateTimeout.ProcessingTimeTimeout
+    return _keep_late_rows(events, cfg.engine.watermark_delay_ms).groupBy(
+        "shard").applyInPandasWithState(
+        fn, OUTPUT_DDL, STATE_DDL, "Update", GroupStateTimeout.EventTimeTimeout
+    )
+
+
+LATE_GUARD_MS = 2**53
+"""Above any accepted event time (SPEC: ``ts`` < 2^53 ms), so above any watermark."""
+
+
+def _keep_late_rows(events: DataFrame, delay_ms: int) -> DataFrame:
+    """``events`` with ``event_time`` replaced by a constant the watermark never reaches.
+
+    With an event-time timeout Spark drops every input row of the stateful operator whose
+    watermarked column is at or behind the watermark, before the function sees it; revise
+    must see those rows (LATE revisions, too-late records). The watermark itself is computed
+    upstream, by ``withWatermark`` on the real event time; the operator only needs *a* column
+    carrying the watermark's metadata (``spark.watermarkDelayMs``) to enable event-time
+    timeouts and ``getCurrentWatermarkMs()``. This one is a BIGINT that is never behind it, so
+    Spark's filter keeps every row (pinned by tests/integration/test_spark_semantics.py).
+    """
+    from pyspark.sql import functions as F
+
+    return events.drop("event_time").withColumn(
+        "event_time",
+        F.lit(LATE_GUARD_MS).cast("bigint").alias(
+            "event_time", metadata={"spark.watermarkDelayMs": int(delay_ms)}),
     )
 
 

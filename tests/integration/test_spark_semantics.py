@@ -1,13 +1,17 @@
 """Pins the Spark behaviour the job is built on (Spark 4.2, see revise/spark/driver.py's docstring).
 
-``applyInPandasWithState`` with ``ProcessingTimeTimeout`` on a query with ``withWatermark``:
+``applyInPandasWithState`` with ``EventTimeTimeout`` on a query with ``withWatermark``:
 
-1. rows far behind the watermark still reach the function: Spark drops late rows only for
-   event-time timeouts, and revision mode must never lose a late record to Spark's own filter;
+1. rows far behind the watermark still reach the function: Spark drops late rows for
+   event-time timeouts, but only by the watermarked column of the operator's input, which
+   ``revise.spark.stream._keep_late_rows`` replaces with one the watermark never reaches;
+   revision mode must never lose a late record to Spark's own filter;
 2. ``getCurrentWatermarkMs()`` is one global watermark, the max event time of all earlier
    micro-batches (every partition, every shard) minus the delay, the same in every shard;
-3. a shard that holds state but receives no rows is still called in later micro-batches, so
-   its windows close while its input is quiet.
+3. a shard that holds state but receives no rows is still called once the watermark reaches
+   its timeout (its next window's end + grace), so its windows close while its input is
+   quiet;
+4. a micro-batch without new input runs only when the watermark moved.
 
 One partition and ``maxOffsetsPerTrigger=2`` fix the micro-batches (two records each, the
 offset log confirms it). Keys A and C live in different shards. Tumbling 10 s, grace 60 s,
@@ -81,6 +85,12 @@ def test_late_rows_global_watermark_and_idle_shards(job_setup, spark):
         # (3) closed in batch 2, which holds no row of A's shard
         (2, 2, "FINAL", 2, 1, 45_000, T + 100_000),
     ]
+    # (4) Spark runs a micro-batch without new input only when the watermark moved (the
+    # event-time timeout's rule, SPEC 3's closing rule): an idle job does not spin through
+    # empty micro-batches, as it did under a processing-time timeout.
+    for prev, b in zip(batches, batches[1:], strict=False):
+        if (b.kafka_end, b.control) == (prev.kafka_end, prev.control):
+            assert b.watermark_ms > prev.watermark_ms, (prev, b)
     # Every shard sees the same watermark in every batch.
     for b in batches:
         seen = {r["watermark_ms"] for r in out.revisions

@@ -338,3 +338,24 @@ def test_many_keys_sorted_by_text_and_key_table_compacts():
         got = out.revisions.key[out.revisions.timing != "FINAL"].tolist()
         assert got == sorted(keys)
     assert len(engine.key_table) <= 2 * engine.open_windows + 1024
+
+
+@pytest.mark.parametrize("window", ["tumbling:10s", "hopping:10s:5s", "session:3s"])
+def test_next_close_ms_is_the_first_watermark_that_changes_anything(window):
+    # The Spark operator skips a shard without rows until the watermark reaches
+    # next_close_ms (its event-time timeout): below it an empty batch must be a no-op.
+    engine = Engine(cfg(window, 2_000))
+    assert engine.next_close_ms is None
+    engine.process(make_batch(batch_of(("a", 1_000, 1.0), ("b", 12_500, 2.0))),
+                   watermark_ms=0, batch_id=0, now_ms=0)
+    due = engine.next_close_ms
+    assert due is not None and due > 0
+    blob = engine.snapshot()
+    quiet = Engine.build(cfg(window, 2_000), blob)
+    out = quiet.process(InputBatch.empty(), watermark_ms=due - 1, batch_id=1, now_ms=0)
+    assert len(out.revisions) == 0 and quiet.open_windows == engine.open_windows
+    assert quiet.next_close_ms == due
+    closing = Engine.build(cfg(window, 2_000), blob)
+    out = closing.process(InputBatch.empty(), watermark_ms=due, batch_id=1, now_ms=0)
+    assert [r.timing for r in out.revisions.rows()][:1] == ["FINAL"]
+    assert closing.next_close_ms is None or closing.next_close_ms > due
