@@ -258,24 +258,22 @@ def _arrivals_parsed(spark: SparkSession, job: JobConfig) -> pd.DataFrame:
     """
     from pyspark.sql import functions as F
 
-    from revise.spark.stream import input_columns, parsed_input
+    from revise.spark.stream import input_columns, kafka_input, parsed_input
 
-    raw = (
-        spark.read.format("kafka")
-        .options(**job.kafka_settings.spark_source_options())
-        .option("subscribe", job.input_topic)
-        .option("startingOffsets", "earliest")
-        .option("endingOffsets", "latest")
-        .option("kafka.isolation.level", "read_committed")
-        .load()
-    )
+    # Cached: both frames below come from one read of the topic.
+    raw = (kafka_input(spark.read, job).option("startingOffsets", "earliest")
+           .option("endingOffsets", "latest").load().persist())
     numeric = [c for c, _f in input_columns(job).numeric]
     value = F.col(numeric[0]) if numeric else F.lit(0.0)
-    good: pd.DataFrame = (parsed_input(raw, job).where(F.col("reason").isNull())
+    try:
+        good: pd.DataFrame = (
+            parsed_input(raw, job).where(F.col("reason").isNull())
             .select("key", "ts_ms", value.cast("double").alias("value"), "partition", "offset")
             .toPandas())
-    times: pd.DataFrame = raw.select("partition", "offset",
-                       F.unix_millis("timestamp").alias("arrival_ms")).toPandas()
+        times: pd.DataFrame = raw.select("partition", "offset",
+                                         F.unix_millis("timestamp").alias("arrival_ms")).toPandas()
+    finally:
+        raw.unpersist()
     frame = good.merge(times, on=["partition", "offset"], how="left")
     frame = frame.sort_values(["arrival_ms", "partition", "offset"], kind="stable")
     frame.attrs["total_records"] = len(times)

@@ -24,7 +24,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from revise.jobconfig import JobConfig
 from revise.spark.fields import classify_fields
@@ -32,13 +32,29 @@ from revise.spark.operator import LEGACY_COLUMNS, OUTPUT_DDL, STATE_DDL, InputCo
 from revise.spark.parse import classify
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+    from pyspark.sql.streaming import DataStreamReader
 
-__all__ = ["CLOSE_ALL", "build_stream", "input_columns", "parsed_input",
+Reader = TypeVar("Reader", "DataFrameReader", "DataStreamReader")
+
+__all__ = ["CLOSE_ALL", "build_stream", "input_columns", "kafka_input", "parsed_input",
            "write_close_all"]
 
 CLOSE_ALL = "close_all"
 """The control command that closes every open window of a shard."""
+
+
+def kafka_input(reader: Reader, cfg: JobConfig) -> Reader:
+    """``reader`` (``spark.readStream`` or ``spark.read``) set to read the job's input topic.
+
+    As the job reads it: the user's client settings, committed records only.
+    """
+    return (
+        reader.format("kafka")
+        .options(**cfg.kafka_settings.spark_source_options())
+        .option("subscribe", cfg.input_topic)
+        .option("kafka.isolation.level", "read_committed")
+    )
 
 
 # Longer than ~60 lines: the query's stages, top to bottom, as the module diagram draws them.
@@ -54,11 +70,8 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     reader = (
-        spark.readStream.format("kafka")
-        .options(**cfg.kafka_settings.spark_source_options())
-        .option("subscribe", cfg.input_topic)
+        kafka_input(spark.readStream, cfg)
         .option("startingOffsets", cfg.starting_offsets)
-        .option("kafka.isolation.level", "read_committed")
         .option("failOnDataLoss", "true")
         .option("includeHeaders", "false")
     )
