@@ -1,7 +1,7 @@
 """Faults that must end in a clear error (exit 1), lose nothing, and resume on restart.
 
-Each test runs ``python -m revise run --once`` as a subprocess over a few thousand records in
-small micro-batches, injects the fault once micro-batches flow, then removes its cause, restarts
+Each test runs ``python -m revise run --once`` as a subprocess over 1,200 records in
+micro-batches of 100, injects the fault once micro-batches flow, then removes its cause, restarts
 the job on the same checkpoint, lets it finish and runs ``check_run`` (read_committed changelog =
 Delta revisions, nothing lost or duplicated, every FINAL equal to the batch oracle).
 
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta, pytest.ma
 RUN_TIMEOUT_S = 300
 
 
-def _input(setup: JobSetup, events: int = 2_000) -> EventStream:
+def _input(setup: JobSetup, events: int = 1_200) -> EventStream:
     stream = generate(GeneratorConfig(events=events, keys=10, seed=21, disorder_ms=2_000,
                                       late_fraction=0.04, late_by_ms=3_000, bad_fraction=0.03))
     produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
