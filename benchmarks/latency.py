@@ -51,6 +51,7 @@ from benchmarks.soak import Feeder, input_lag
 __all__ = ["main"]
 
 _BATCH = re.compile(r"batch=(\d+) records=(\d+) .*batch_ms=(\d+)")
+_PART = re.compile(r"\b(\w+)_ms=(\d+)")
 
 
 def _pct(xs: Sequence[float], q: float) -> float | None:
@@ -96,15 +97,26 @@ def _latencies(feeder: Feeder, rows: list[tuple[str, int, int, int]], fed_from_m
 
 
 def _batches(log_text: str) -> dict[str, Any]:
-    """Median and p95 batch duration (ms) of micro-batches with and without input."""
+    """Median and p95 batch duration (ms) of micro-batches with and without input.
+
+    Also the median of each part of a batch with input (``revise run``'s ``*_ms=`` fields).
+    """
     full: list[int] = []
     empty: list[int] = []
-    for m in _BATCH.finditer(log_text):
+    parts: dict[str, list[int]] = {}
+    for line in log_text.splitlines():
+        m = _BATCH.search(line)
+        if m is None:
+            continue
         (empty if int(m.group(2)) == 0 else full).append(int(m.group(3)))
+        if int(m.group(2)):
+            for name, ms in _PART.findall(line):
+                parts.setdefault(name, []).append(int(ms))
     return {"batches": len(full) + len(empty),
             "batch_ms_p50": _pct(full, 50), "batch_ms_p95": _pct(full, 95),
             "empty_batches": len(empty), "empty_batch_ms_p50": _pct(empty, 50),
-            "empty_batch_ms_p95": _pct(empty, 95)}
+            "empty_batch_ms_p95": _pct(empty, 95),
+            "batch_parts_ms_p50": {k: _pct(v, 50) for k, v in parts.items() if k != "batch"}}
 
 
 def _start(system: str, args: argparse.Namespace, bootstrap: str, topics: dict[str, str],
@@ -117,6 +129,8 @@ def _start(system: str, args: argparse.Namespace, bootstrap: str, topics: dict[s
                 "--window", args.window, "--grace", f"{args.grace_ms}ms"]
         if args.trigger_ms is not None:
             argv += ["--trigger", f"{args.trigger_ms}ms"]
+        if args.shuffle_partitions is not None:
+            argv += ["--shuffle-partitions", str(args.shuffle_partitions)]
         return CliRun(argv, cwd=work, log=work / "job.log")
     native_args = ["--native-child", bootstrap, topics["in"], topics["out"],
                    str(work / "checkpoint" / "spark"), args.window, str(args.grace_ms),
@@ -204,7 +218,9 @@ def _line(f: dict[str, Any]) -> str:
             f"  final value p50/p95/p99 {fv['p50']}/{fv['p95']}/{fv['p99']} ms"
             f"  batch p50 {f['batch_ms_p50']} ms  empty batch p50 {f['empty_batch_ms_p50']} ms "
             f"({f['empty_batches']})  lag {f['lag_at_end_of_feed']}  windows "
-            f"{f['with_result']}/{f['windows']}")
+            f"{f['with_result']}/{f['windows']}"
+            + "".join(f"\n         batch p50 {k} {v} ms"
+                      for k, v in f.get("batch_parts_ms_p50", {}).items()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -226,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "Spark's Python workers)")
     ap.add_argument("--bootstrap-servers")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--shuffle-partitions", type=int,
+                    help="revise run --shuffle-partitions (stateful tasks per batch)")
     ap.add_argument("--trigger-ms", type=int,
                     help="micro-batch interval of both systems (default: revise's own, 1 s)")
     ap.add_argument("--native-child", nargs=7, help=argparse.SUPPRESS)
@@ -239,8 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="revise-latency-"))
     bootstrap = args.bootstrap_servers or broker.start(root / "broker").bootstrap_servers
+    trigger = "default" if args.trigger_ms is None else f"{args.trigger_ms}ms"
     print(f"latency: rate={args.rate:.0f}/s minutes={args.minutes} window={args.window} "
-          f"grace={args.grace_ms}ms trigger={args.trigger_ms or 'default'} "
+          f"grace={args.grace_ms}ms trigger={trigger} "
           f"load={os.getloadavg()[0]:.1f}", flush=True)
     results = []
     try:

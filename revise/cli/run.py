@@ -30,7 +30,7 @@ from revise.kafka_config import (
     revise_client_configs,
 )
 
-__all__ = ["add_parser", "cmd_run", "job_config_from_args", "progress_logger"]
+__all__ = ["add_parser", "batch_parts", "cmd_run", "job_config_from_args", "progress_logger"]
 
 log = logging.getLogger("revise")
 
@@ -116,6 +116,25 @@ def install_stop_handlers() -> threading.Event:
     return stop
 
 
+def batch_parts(p: dict[str, Any]) -> str:
+    """Where a micro-batch's time went, in ms (docs/BENCHMARKS.md, per-micro-batch cost model).
+
+    Spark's ``durationMs``: ``offsets_ms`` (latestOffset + getBatch), ``plan_ms``
+    (queryPlanning), ``sink_ms`` (addBatch: computing the batch and revise's whole commit),
+    ``log_ms`` (walCommit + commitOffsets); revise's commit steps inside ``sink_ms``:
+    ``collect_ms`` (compute, collect, decode), ``kafka_ms``, ``delta_ms``.
+    """
+    d = p.get("durationMs") or {}
+    parts = {
+        "offsets_ms": d.get("latestOffset", 0) + d.get("getBatch", 0),
+        "plan_ms": d.get("queryPlanning", 0),
+        "sink_ms": d.get("addBatch", 0),
+        "log_ms": d.get("walCommit", 0) + d.get("commitOffsets", 0),
+        **(p.get("revise") or {}),
+    }
+    return " ".join(f"{k}={v}" for k, v in parts.items())
+
+
 def progress_logger(start: float) -> Callable[[dict[str, Any]], None]:
     """Log one structured line per micro-batch: records, rate, watermark, input lag."""
 
@@ -131,8 +150,8 @@ def progress_logger(start: float) -> Callable[[dict[str, Any]], None]:
         ms = (p.get("durationMs") or {}).get("triggerExecution", 0)
         log.info(
             "batch=%s records=%d rec_per_s=%.0f watermark=%s input_lag=%s batch_ms=%s "
-            "elapsed_s=%.1f",
-            p.get("batchId"), rows, rate, wm, lag, ms, time.monotonic() - start,
+            "elapsed_s=%.1f %s",
+            p.get("batchId"), rows, rate, wm, lag, ms, time.monotonic() - start, batch_parts(p),
         )
 
     return report

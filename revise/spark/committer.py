@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -117,6 +118,10 @@ def crash_hook_from_env() -> CrashHook | None:
     return hook
 
 
+STEP_MS_KEPT = 32
+"""Batches whose step timings :meth:`BatchCommitter.take_steps` keeps until taken."""
+
+
 class BatchCommitter:
     """The ``foreachBatch`` sink: commits each micro-batch exactly once to Kafka and Delta."""
 
@@ -136,6 +141,8 @@ class BatchCommitter:
         self.started = time.monotonic()
         self.last_batch_id: int | None = None
         self.error: BaseException | None = None
+        self._step_ms: dict[int, dict[str, int]] = {}  # see take_steps
+        self._step_lock = threading.Lock()  # foreachBatch's thread adds, the driver's takes
 
     def _crash(self, point: str, batch_id: int) -> None:
         if self.crash_hook is not None:
@@ -181,11 +188,13 @@ class BatchCommitter:
         try:
             # 1. compute, collect, decode, stamp
             out = decode_output(df.toArrow(), self.cfg.revision_schema)
-            self.result.collect_seconds += time.monotonic() - t0
+            collect_s = time.monotonic() - t0
+            self.result.collect_seconds += collect_s
             emitted_at = int(time.time() * 1000)
             revisions = _stamp(out.revisions, emitted_at)
             if out.empty:
                 self._account(batch_id, out, None, t0, 0.0)
+                self._steps(batch_id, collect_s, 0.0, 0.0)
                 return
             self._crash("before_kafka", batch_id)
             # 2. Kafka: one transaction, skipped when this batch is already committed
@@ -205,13 +214,32 @@ class BatchCommitter:
                 after_table=lambda t: self._crash("during_delta", batch_id) if t == "revisions"
                 else None,
             )
-            self._account_delta(time.monotonic() - td)
+            delta_s = time.monotonic() - td
+            self._account_delta(delta_s)
             self._crash("after_delta", batch_id)
             self._account(batch_id, out, committed.skipped, t0, kafka_s)
+            self._steps(batch_id, collect_s, kafka_s, delta_s)
         except BaseException as exc:
             self.error = exc
             raise
         # 4. return → Spark commits the batch
+
+    def take_steps(self, batch_id: int) -> dict[str, int] | None:
+        """Milliseconds of batch ``batch_id``'s commit steps 1–3, once (None: not kept).
+
+        Keys ``collect_ms``, ``kafka_ms``, ``delta_ms``; the driver adds them to the batch's
+        progress report as ``revise``.
+        """
+        with self._step_lock:
+            return self._step_ms.pop(batch_id, None)
+
+    def _steps(self, batch_id: int, collect_s: float, kafka_s: float, delta_s: float) -> None:
+        steps = {"collect_ms": round(collect_s * 1000), "kafka_ms": round(kafka_s * 1000),
+                 "delta_ms": round(delta_s * 1000)}
+        with self._step_lock:
+            self._step_ms[batch_id] = steps
+            while len(self._step_ms) > STEP_MS_KEPT:  # a run keeps the last few, not all
+                del self._step_ms[min(self._step_ms)]
 
     def _account_delta(self, seconds: float) -> None:
         self.result.delta_seconds += seconds

@@ -109,13 +109,20 @@ def shuffle_partitions(spark: SparkSession, cfg: JobConfig) -> int:
 
     The operator groups by shard, so partitions beyond ``cfg.shards`` would only run empty
     state-store tasks every micro-batch: by default the shard count, capped by the session's
-    own setting (2 × cores on ``local[*]``); ``cfg.shuffle_partitions`` when given. Spark
-    records the value in the checkpoint's offset log and reuses it on every restart.
+    own setting and, on a local master, by its cores (one stateful task per core: each task
+    is a Python call with fixed costs, and on 2 cores 2 tasks instead of 4 made a micro-batch
+    at 1,000 records/s ~0.75x as long, docs/BENCHMARKS.md); ``cfg.shuffle_partitions`` when
+    given. Spark records the value in the checkpoint's offset log and reuses it on every
+    restart.
     """
     if cfg.shuffle_partitions is not None:
         return cfg.shuffle_partitions
     session = int(spark.conf.get(SHUFFLE_PARTITIONS, "200") or "200")
-    return max(1, min(cfg.shards, session))
+    cap = min(cfg.shards, session)
+    sc = spark.sparkContext
+    if (sc.master or "").startswith("local"):
+        cap = min(cap, sc.defaultParallelism)
+    return max(1, cap)
 
 
 # Longer than ~60 lines: a long docstring, then the wiring of the query in one sequence.
@@ -291,9 +298,12 @@ class JobDriver:
             if bid is None or bid <= self.last_batch_id:
                 continue
             self.last_batch_id = bid
-            self.result.add_progress(progress)
+            steps = self.committer.take_steps(bid)
+            # the commit's own steps, beside Spark's durationMs
+            report = progress if steps is None else {**progress, "revise": steps}
+            self.result.add_progress(report)
             if self.on_progress is not None:
-                self.on_progress(progress)
+                self.on_progress(report)
 
     def _raise_if_failed(self) -> None:
         """Turn a failed query into the error the caller can act on (decided by its type)."""

@@ -74,6 +74,9 @@ def test_kill_at_every_commit_point_loses_and_duplicates_nothing(
     # the batch that died after_delta was committed to Kafka: the restart skipped it there
     replayed = re.search(r"replayed_batches=(\d+)", run.log())
     assert replayed and int(replayed.group(1)) >= 1, run.tail()
+    # each batch line splits its time: Spark's parts and the commit's steps (issue 12, item 4)
+    assert re.search(r"batch=\d+ records=\d+ .*sink_ms=\d+ log_ms=\d+ collect_ms=\d+ "
+                     r"kafka_ms=\d+ delta_ms=\d+", run.log()), run.tail()
     # issue 9 item 7: without -v a bounded run prints nothing a user cannot act on
     for noise in NOISE:
         assert noise not in run.log(), f"{noise!r} printed by a bounded run:\n{run.tail()}"

@@ -32,7 +32,9 @@ def test_first_result_and_final_value_latency_per_window():
 
 def test_batch_durations_split_into_batches_with_and_without_input():
     log = "\n".join([
-        "INFO revise batch=0 records=10 rec_per_s=1 watermark=x input_lag=0 batch_ms=900",
+        "INFO revise batch=0 records=10 rec_per_s=1 watermark=x input_lag=0 batch_ms=900 "
+        "elapsed_s=3.0 offsets_ms=10 plan_ms=40 sink_ms=800 log_ms=30 collect_ms=600 "
+        "kafka_ms=50 delta_ms=150",
         "INFO revise batch=1 records=0 rec_per_s=0 watermark=x input_lag=0 batch_ms=300",
         "batch=2 records=0 batch_ms=500",  # the native child's line
         "batch=3 records=7 batch_ms=1100",
@@ -40,3 +42,7 @@ def test_batch_durations_split_into_batches_with_and_without_input():
     got = _batches(log)
     assert got["batches"] == 4 and got["empty_batches"] == 2
     assert got["batch_ms_p50"] in (900.0, 1_100.0) and got["empty_batch_ms_p95"] == 500.0
+    # the parts of the batches with input that print them (revise's, not the native child's)
+    assert got["batch_parts_ms_p50"] == {
+        "offsets": 10.0, "plan": 40.0, "sink": 800.0, "log": 30.0, "collect": 600.0,
+        "kafka": 50.0, "delta": 150.0}

@@ -216,3 +216,29 @@ def test_shuffle_partitions_come_from_the_command_line_and_must_be_positive():
     assert got.shuffle_partitions == 3
     with pytest.raises(ConfigError, match="--shuffle-partitions must be >= 1, got 0"):
         job_config_from_args(parser.parse_args([*base, "--shuffle-partitions", "0"]))
+
+
+@pytest.mark.parametrize(
+    ("master", "cores", "session", "shards", "given", "expected"),
+    [
+        ("local[*]", 2, 4, 8, None, 2),  # one stateful task per core of a local master
+        ("local[4]", 4, 8, 2, None, 2),  # never more than the shards
+        ("local[*]", 16, 4, 8, None, 4),  # nor the session's own setting
+        ("spark://h:7077", 2, 64, 8, None, 8),  # a cluster: the shards, capped by the session
+        ("local[*]", 2, 4, 8, 6, 6),  # --shuffle-partitions wins
+    ],
+)
+def test_the_jobs_stateful_task_count(master, cores, session, shards, given, expected):
+    from types import SimpleNamespace
+
+    from revise.jobconfig import JobConfig
+    from revise.spark.driver import shuffle_partitions
+
+    spark = SimpleNamespace(
+        conf=SimpleNamespace(get=lambda _key, _default: str(session)),
+        sparkContext=SimpleNamespace(master=master, defaultParallelism=cores),
+    )
+    cfg = SimpleNamespace(shuffle_partitions=given, shards=shards)
+    assert JobConfig.__dataclass_fields__["shards"]  # the fields the function reads exist
+    assert JobConfig.__dataclass_fields__["shuffle_partitions"]
+    assert shuffle_partitions(spark, cfg) == expected  # type: ignore[arg-type]
