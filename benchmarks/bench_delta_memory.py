@@ -1,7 +1,7 @@
 """The driver's memory and time writing many micro-batches to the Delta tables.
 
 Run: ``python -m benchmarks.bench_delta_memory [--batches 700] [--rows 60]
-[--reload-every 50 1000000]``.
+[--reload-every 50 1000000] [--fresh-tables]``.
 
 For each ``--reload-every`` value (side by side, each in a fresh process so that one's heap does
 not hide the other's), writes ``--batches`` micro-batches of ``--rows`` revisions (windows of 10
@@ -52,24 +52,32 @@ def revisions(batch: int, rows: int) -> pa.Table:
     return pa.table(cols, schema=REVISION_SCHEMA)
 
 
-def one(batches: int, rows: int, reload_every: int) -> None:
-    """Write the batches in this process and print its RSS every 100 batches."""
+def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False) -> None:
+    """Write the batches in this process and print its RSS every 100 batches.
+
+    ``fresh``: the control experiment — every batch goes to new tables in a new folder (so no
+    table ever has more than a couple of commits), which the job never does.
+    """
     import psutil
 
     import sinks.delta_tables as delta
     from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA
 
     delta.RELOAD_EVERY = reload_every  # type: ignore[misc]  # the knob under test
-    tables = delta.DeltaTables(tempfile.mkdtemp(prefix="revise-bench-delta-")).ensure()
+    root = tempfile.mkdtemp(prefix="revise-bench-delta-")
+    tables = delta.DeltaTables(root).ensure()
     late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
     proc, t0 = psutil.Process(), time.perf_counter()
     first = None
     for b in range(batches):
+        if fresh:
+            tables = delta.DeltaTables(f"{root}/{b}").ensure()
         tables.write_batch("bench", b, revisions(b, rows), late, dead)
         if b % 100 == 99 or b == batches - 1:
             rss = proc.memory_info().rss / MIB
             first = rss if first is None else first
-            print(f"reload_every={reload_every:>7} batch={b + 1:>5} rss_mib={rss:7.1f} "
+            print(f"{'fresh tables' if fresh else 'reload_every=':>13}"
+                  f"{'' if fresh else reload_every:>7} batch={b + 1:>5} rss_mib={rss:7.1f} "
                   f"since_batch_100={rss - first:+6.1f} seconds={time.perf_counter() - t0:6.1f}",
                   flush=True)
 
@@ -80,14 +88,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=700)
     ap.add_argument("--rows", type=int, default=60, help="revisions per micro-batch")
     ap.add_argument("--reload-every", type=int, nargs="+", default=[50, 1_000_000])
+    ap.add_argument("--fresh-tables", action="store_true",
+                    help="also the control: each batch to new tables (the growth follows "
+                         "commits to an existing table)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--child-fresh", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child is not None:
-        one(a.batches, a.rows, a.child)
+        one(a.batches, a.rows, a.child, fresh=a.child_fresh)
         return 0
-    for every in a.reload_every:
+    runs = [[str(every)] for every in a.reload_every]
+    runs += [["50", "--child-fresh"]] if a.fresh_tables else []
+    for run in runs:
         subprocess.run([sys.executable, "-m", "benchmarks.bench_delta_memory", "--batches",
-                        str(a.batches), "--rows", str(a.rows), "--child", str(every)], check=True)
+                        str(a.batches), "--rows", str(a.rows), "--child", *run], check=True)
     return 0
 
 
