@@ -14,8 +14,10 @@ by the seeded plan:
   anywhere in a micro-batch, the Kafka transaction or the Delta writes;
 - ``delta``: ``REVISE_CRASH_AT=during_delta:<batch>``, the job kills itself between the Delta
   tables (``revisions`` written, ``late``/``dead_letter``/``latest`` not) of a chosen batch;
-- ``close``: a random delay (0–2 s) after the job drops its close-all command into the control
-  source, i.e. during the bounded run's last micro-batch that closes every window.
+- ``close``: a random delay (0–0.5 s) after the job drops its close-all command into the control
+  source, i.e. during the bounded run's last micro-batch that closes every window (with one
+  stateful task per core that batch and the run's stop take ~1–2 s on a quiet machine, so a
+  longer delay can miss it).
 
 Then ``integration_support.check_run`` checks every exactly-once and FINAL promise: the
 read_committed changelog equals Delta ``revisions``, nothing lost or duplicated, every FINAL equals
@@ -56,6 +58,8 @@ __all__ = ["ChaosResult", "Kill", "create_topics", "main", "run_chaos", "use_rep
 
 RUN_TIMEOUT_S = 300.0
 KINDS = ("random", "delta", "close")
+CLOSE_DELAY_MAX_S = 0.5
+"""Longest delay of a ``close`` kill after the close-all command (see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +179,7 @@ def _one_run(setup: JobSetup, kind: str, rng: random.Random, data_batches: int,
             while (_close_files(setup.checkpoint) <= before and run.proc.poll() is None
                    and time.monotonic() < deadline):
                 time.sleep(0.05)
-            delay = rng.uniform(0.0, 2.0)
+            delay = rng.uniform(0.0, CLOSE_DELAY_MAX_S)
             detail = f"{delay:.2f}s after the close-all command"
             _sleep_unless_done(run, delay)
             run.signal_group(signal.SIGKILL)
