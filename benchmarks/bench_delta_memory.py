@@ -1,13 +1,15 @@
 """The driver's memory and time writing many micro-batches to the Delta tables.
 
 Run: ``python -m benchmarks.bench_delta_memory [--batches 700] [--rows 60]
-[--reload-every 50 1000000] [--fresh-tables]``.
+[--reload-every 50 1000000] [--allocator revise jemalloc] [--fresh-tables]``.
 
-For each ``--reload-every`` value (side by side, each in a fresh process so that one's heap does
-not hide the other's), writes ``--batches`` micro-batches of ``--rows`` revisions (windows of 10
-batches, revisions 0–9, no late records or dead letters) through :class:`sinks.delta_tables.
-DeltaTables` into fresh tables, exactly as the job's committer does (three appends skipped as
-empty or written, one MERGE into ``latest``), with
+For each ``--reload-every`` value and each ``--allocator`` setting (side by side, each in a
+fresh process so that one's heap does not hide the other's) — ``revise``: delta-rs's jemalloc
+with :data:`revise.DELTA_RS_MALLOC_CONF`, what every revise process uses; ``jemalloc``: its
+defaults, as before revise set it — writes ``--batches`` micro-batches of ``--rows``
+revisions (windows of 10 batches, revisions 0–9, no late records or dead letters) through
+:class:`sinks.delta_tables.DeltaTables` into fresh tables, exactly as the job's committer does
+(three appends skipped as empty or written, one MERGE into ``latest``), with
 :data:`sinks.delta_tables.RELOAD_EVERY` set to the value (1000000: never re-open, delta-rs's
 ``update_incremental`` only). Prints the process's resident memory every 100 batches and the
 wall time: a long-running job's driver must stay flat (issue 11's soak).
@@ -16,6 +18,7 @@ wall time: a long-running job's driver must stay flat (issue 11's soak).
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -25,9 +28,13 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["main"]
+from revise import DELTA_RS_MALLOC_CONF, MALLOC_CONF_ENV
+
+__all__ = ["ALLOCATORS", "main"]
 
 MIB = 1024 * 1024
+ALLOCATORS = {"revise": DELTA_RS_MALLOC_CONF, "jemalloc": ""}
+"""``--allocator`` choices: the value of :data:`revise.MALLOC_CONF_ENV` in the child."""
 
 
 def revisions(batch: int, rows: int) -> pa.Table:
@@ -52,7 +59,8 @@ def revisions(batch: int, rows: int) -> pa.Table:
     return pa.table(cols, schema=REVISION_SCHEMA)
 
 
-def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False) -> None:
+def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False,
+        label: str = "") -> None:
     """Write the batches in this process and print its RSS every 100 batches.
 
     ``fresh``: the control experiment — every batch goes to new tables in a new folder (so no
@@ -76,7 +84,7 @@ def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False) -> N
         if b % 100 == 99 or b == batches - 1:
             rss = proc.memory_info().rss / MIB
             first = rss if first is None else first
-            print(f"{'fresh tables' if fresh else 'reload_every=':>13}"
+            print(f"{label:>8} {'fresh tables' if fresh else 'reload_every=':>13}"
                   f"{'' if fresh else reload_every:>7} batch={b + 1:>5} rss_mib={rss:7.1f} "
                   f"since_batch_100={rss - first:+6.1f} seconds={time.perf_counter() - t0:6.1f}",
                   flush=True)
@@ -88,20 +96,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=700)
     ap.add_argument("--rows", type=int, default=60, help="revisions per micro-batch")
     ap.add_argument("--reload-every", type=int, nargs="+", default=[50, 1_000_000])
+    ap.add_argument("--allocator", nargs="+", choices=sorted(ALLOCATORS),
+                    default=["revise", "jemalloc"],
+                    help="delta-rs's allocator settings to compare (revise's; jemalloc's own)")
     ap.add_argument("--fresh-tables", action="store_true",
                     help="also the control: each batch to new tables (the growth follows "
                          "commits to an existing table)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--child-fresh", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-label", default="", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child is not None:
-        one(a.batches, a.rows, a.child, fresh=a.child_fresh)
+        one(a.batches, a.rows, a.child, fresh=a.child_fresh, label=a.child_label)
         return 0
-    runs = [[str(every)] for every in a.reload_every]
-    runs += [["50", "--child-fresh"]] if a.fresh_tables else []
-    for run in runs:
-        subprocess.run([sys.executable, "-m", "benchmarks.bench_delta_memory", "--batches",
-                        str(a.batches), "--rows", str(a.rows), "--child", *run], check=True)
+    for allocator in a.allocator:
+        runs = [[str(every)] for every in a.reload_every]
+        runs += [["50", "--child-fresh"]] if a.fresh_tables else []
+        # The child imports revise, which keeps a set variable: "" is jemalloc's defaults.
+        env = {**os.environ, MALLOC_CONF_ENV: ALLOCATORS[allocator]}
+        for run in runs:
+            subprocess.run([sys.executable, "-m", "benchmarks.bench_delta_memory", "--batches",
+                            str(a.batches), "--rows", str(a.rows), "--child-label", allocator,
+                            "--child", *run], check=True, env=env)
     return 0
 
 

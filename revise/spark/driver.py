@@ -43,7 +43,7 @@ from revise.spark.failures import (
     failure_message,
     last_committed_batch,
 )
-from revise.spark.session import spark_session, sql_setting
+from revise.spark.session import long_run_conf, spark_session, sql_setting
 from revise.spark.stream import build_stream, write_close_all
 from sinks.delta_tables import DeltaSchemaError, DeltaTables
 from sinks.kafka import (
@@ -163,7 +163,9 @@ def run_job(
         tables = DeltaTables(cfg.delta_path, revision_schema=cfg.revision_schema).ensure()
     except DeltaSchemaError as exc:
         raise ConfigError(str(exc)) from None
-    spark = spark or spark_session(f"revise-{cfg.query_id}", master=master)
+    # An unbounded run's driver takes its heap at start (flat memory for days, issue 11).
+    spark = spark or spark_session(f"revise-{cfg.query_id}", master=master,
+                                   extra_conf=None if cfg.once else long_run_conf())
     control_dir = str(Path(cfg.checkpoint) / "control")
     Path(control_dir).mkdir(parents=True, exist_ok=True)
     result = JobResult(cfg.query_id)

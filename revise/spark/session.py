@@ -12,11 +12,13 @@ and under ``spark-submit`` the submitted master and settings win. Every session 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from revise.errors import ConfigError
 from revise.infra.jars import classpath
 from revise.infra.pyfiles import ship_to_executors
 from revise.redact import spark_redaction_conf
@@ -24,9 +26,55 @@ from revise.redact import spark_redaction_conf
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ROCKSDB_PROVIDER", "spark_session", "sql_setting"]
+__all__ = ["ROCKSDB_PROVIDER", "long_run_conf", "spark_session", "sql_setting"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+DRIVER_MEMORY = "3g"
+"""The driver JVM's largest heap (``spark.driver.memory``) unless ``$REVISE_DRIVER_MEMORY``."""
+DRIVER_START_HEAP = "1g"
+"""The heap an unbounded run's driver JVM takes at start unless ``$REVISE_DRIVER_START_HEAP``
+(:func:`long_run_conf`)."""
+_SIZE = re.compile(r"(\d+)([kmgt]?)b?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _jvm_bytes(size: str) -> int:
+    """``512m``, ``3g``, ``2gb`` or plain bytes → bytes (Spark's and the JVM's memory sizes).
+
+    Raises:
+        ConfigError: Not such a size.
+    """
+    m = _SIZE.fullmatch(size.strip())
+    if m is None:
+        msg = f"JVM memory size {size!r} is not a size; write e.g. 512m or 2g"
+        raise ConfigError(msg)
+    return int(m[1]) * _UNITS[m[2].lower()]
+
+
+def long_run_conf() -> dict[str, str]:
+    """Spark settings for a driver that runs unbounded, for days: its heap fixed at start.
+
+    The driver JVM starts with a small heap and G1 enlarges it in steps of ~100 MiB whenever
+    collections take more than their share of the time, so an unbounded job's driver grew for
+    its first half hour and more (+145 MiB at minute 8 and +101 MiB at minute 15 of a quiet
+    soak, with ~190 MB of live heap: docs/RELIABILITY.md). ``-Xms`` commits
+    ``$REVISE_DRIVER_START_HEAP`` (default :data:`DRIVER_START_HEAP`, at most the driver's
+    memory) at start and ``-XX:+AlwaysPreTouch`` makes it resident then, so the driver's
+    resident memory is set when the job starts instead of creeping up while it runs; G1 can
+    still grow the heap up to ``spark.driver.memory`` if a workload needs it. ``0`` (or less
+    than 1 MiB) turns this off. It only applies when revise starts the JVM (not under
+    ``spark-submit``, where ``--driver-java-options`` does the same), and it replaces a
+    ``spark.driver.extraJavaOptions`` of ``spark-defaults.conf`` (``0`` keeps that one).
+
+    Raises:
+        ConfigError: ``$REVISE_DRIVER_START_HEAP`` or ``$REVISE_DRIVER_MEMORY`` is not a size.
+    """
+    start = _jvm_bytes(os.environ.get("REVISE_DRIVER_START_HEAP", DRIVER_START_HEAP))
+    most = _jvm_bytes(os.environ.get("REVISE_DRIVER_MEMORY", DRIVER_MEMORY))
+    heap_mib = min(start, most) >> 20
+    if heap_mib == 0:
+        return {}
+    return {"spark.driver.extraJavaOptions": f"-Xms{heap_mib}m -XX:+AlwaysPreTouch"}
 
 
 # Longer than ~60 lines: one Spark setting per line, each with its reason.
@@ -82,7 +130,7 @@ def spark_session(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": os.environ.get("REVISE_DRIVER_MEMORY", "3g"),
+        "spark.driver.memory": os.environ.get("REVISE_DRIVER_MEMORY", DRIVER_MEMORY),
         "spark.sql.adaptive.enabled": "false",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.databricks.delta.properties.defaults.checkpointInterval": "20",
