@@ -12,7 +12,8 @@ seconds and stops it.
 - ``revise``: ``revise run`` in revision mode, exactly-once changelog and Delta tables.
 - ``native``: Spark's own update-mode aggregation (``from_json``, ``withWatermark`` = grace,
   ``groupBy(window, key)`` with count and sum, RocksDB state store) writing each updated row to
-  Kafka with Spark's Kafka sink (at-least-once), same trigger.
+  Kafka with Spark's Kafka sink (at-least-once), same trigger and the same driver JVM settings
+  (:func:`revise.spark.session.long_run_conf`).
 
 Figures, per system, over the windows whose first record was sent while feeding (after
 ``--warmup-s``):
@@ -144,9 +145,10 @@ def native(bootstrap: str, input_topic: str, output_topic: str, checkpoint: str,
     from pyspark.sql import functions as F
 
     from revise.config import WindowSpec
-    from revise.spark.session import spark_session
+    from revise.spark.session import long_run_conf, spark_session
 
-    spark = spark_session("latency-native", ui=False)
+    # The same driver JVM settings as an unbounded revise run (its heap fixed at start).
+    spark = spark_session("latency-native", ui=False, extra_conf=long_run_conf())
     spark.conf.set("spark.sql.streaming.stateStore.providerClass",
                    "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     size_s = WindowSpec.parse(window).size_ms // 1000

@@ -46,7 +46,7 @@ import psutil
 
 from benchmarks.chaos import CliRun, create_topics, use_repo_pythonpath
 
-__all__ = ["Sample", "main"]
+__all__ = ["Sample", "driver_settings", "main"]
 
 MIB = 1024 * 1024
 _BATCH_MS = re.compile(r"batch=(\d+) .*batch_ms=(\d+)")
@@ -188,6 +188,24 @@ def memory(driver_pid: int) -> tuple[float, float, float, int]:
     return jvm, driver.memory_info().rss / MIB, wrk, workers
 
 
+def driver_settings(driver_pid: int) -> dict[str, object]:
+    """What keeps the job's memory flat, as the running processes have it.
+
+    ``jvm_options``: the driver JVM's ``-X`` options (``-Xmx`` from ``spark.driver.memory``;
+    ``-Xms`` and ``-XX:+AlwaysPreTouch`` from :func:`revise.spark.session.long_run_conf` in an
+    unbounded run); ``malloc_conf``: delta-rs's allocator settings in the Python driver's
+    environment (:data:`revise.DELTA_RS_MALLOC_CONF` unless the user set their own).
+    """
+    from revise import MALLOC_CONF_ENV
+
+    driver = psutil.Process(driver_pid)
+    jvm = [c for c in driver.children(recursive=True) if c.name() == "java"]
+    return {
+        "jvm_options": [a for a in jvm[0].cmdline() if a.startswith("-X")] if jvm else [],
+        "malloc_conf": driver.environ().get(MALLOC_CONF_ENV),
+    }
+
+
 def input_lag(bootstrap: str, topic: str, checkpoint: Path) -> int:
     """Input end offsets minus the offsets of the checkpoint's newest offset-log entry."""
     from confluent_kafka import Consumer, TopicPartition
@@ -304,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     topics = {n: f"soak-{n}-{tag}" for n in ("in", "changelog", "late", "dead")}
     run: CliRun | None = None
     samples: list[Sample] = []
+    settings: dict[str, object] = {}  # driver_settings(), once the job's JVM runs
     feeder = watcher = None
     try:
         create_topics(bootstrap, list(topics.values()), partitions=4)
@@ -340,6 +359,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _pct(lat, 0.5), _pct(lat, 0.95), len(lat), feeder.produced)
             samples.append(s)
             print(_row(s), flush=True)
+            if not settings.get("jvm_options"):
+                settings = driver_settings(run.proc.pid)
+                print(f"soak: driver {' '.join(f'{k}={v}' for k, v in settings.items())}",
+                      flush=True)
     finally:
         for t in (feeder, watcher):
             if t is not None:
@@ -353,8 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("soak: " + " ".join(f"{k}={v}" for k, v in result.items()))
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"args": vars(args), "samples": [{**asdict(s), "rss_total_mib": s.rss_total_mib}
-                                             for s in samples], "verdict": result}, indent=2))
+            {"args": vars(args), "driver": settings,
+             "samples": [{**asdict(s), "rss_total_mib": s.rss_total_mib} for s in samples],
+             "verdict": result}, indent=2))
     return 0
 
 

@@ -20,11 +20,11 @@ MALLOC_CONF_ENV = "_RJEM_MALLOC_CONF"
 DELTA_RS_MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
 """jemalloc settings for delta-rs: return freed pages to the OS at once.
 
-With jemalloc's defaults (pages kept for 10 s after they are freed, purged only when the
-allocator is busy), the process that commits to the same Delta tables once per micro-batch
-grows by ~40 KiB per commit without end (an unbounded job's driver: ~3 GiB a day). With this
-setting it stays flat, for ~10 % more time per Delta write (docs/RELIABILITY.md, ``python -m
-benchmarks.bench_delta_memory``). Set on import of :mod:`revise` unless the variable is set
+With jemalloc's defaults (freed pages kept for 10 s, purged only when the allocator is busy),
+the process that commits to the same Delta tables once per micro-batch grows by ~40 KiB per
+commit without end (an unbounded job's driver: ~3 GiB a day). With this setting it stays flat,
+for ~17 % more time in the Delta writes, ≈ 9 ms a micro-batch (docs/RELIABILITY.md, ``python
+-m benchmarks.bench_delta_memory``). Set on import of :mod:`revise` unless the variable is set
 already (the user's value wins); jemalloc reads it once, when delta-rs is first loaded."""
 
 _os.environ.setdefault(MALLOC_CONF_ENV, DELTA_RS_MALLOC_CONF)

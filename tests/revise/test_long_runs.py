@@ -1,0 +1,76 @@
+"""What keeps an unbounded run's memory flat (issue 11 item 4): the settings, and that they reach
+the processes they are for.
+
+- delta-rs's allocator: importing :mod:`revise` sets :data:`revise.DELTA_RS_MALLOC_CONF` under
+  :data:`revise.MALLOC_CONF_ENV` unless the user set it, and that variable is the one the
+  jemalloc inside the ``deltalake`` package reads (an unknown option makes it complain).
+- the driver JVM's heap: :func:`revise.spark.session.long_run_conf`.
+
+The figures (memory flat over a 30-minute soak) are a benchmark's, in docs/RELIABILITY.md; the
+short soak in tests/integration/test_soak.py checks a real unbounded run has both settings.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from revise import DELTA_RS_MALLOC_CONF, MALLOC_CONF_ENV
+from revise.errors import ConfigError
+from revise.spark.session import long_run_conf
+
+
+def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k != MALLOC_CONF_ENV}
+    return subprocess.run([sys.executable, "-c", code], env={**base, **env}, text=True,
+                          capture_output=True, timeout=120, check=False)
+
+
+def test_importing_revise_sets_the_allocator_default_and_delta_rs_accepts_it():
+    code = ("import os, revise, deltalake\n"
+            f"print(os.environ[{MALLOC_CONF_ENV!r}])")
+    done = _python(code, {})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == DELTA_RS_MALLOC_CONF
+    assert "<jemalloc>" not in done.stderr  # every option of revise's value is known
+
+
+def test_delta_rs_reads_the_variable_and_a_users_value_wins():
+    # jemalloc parses the variable when deltalake loads and names an option it does not know:
+    # proof that this variable reaches delta-rs's allocator, and that revise left it alone.
+    done = _python("import revise, deltalake", {MALLOC_CONF_ENV: "no_such_option:1"})
+    assert done.returncode == 0, done.stderr
+    assert "Invalid conf pair: no_such_option:1" in done.stderr
+
+
+def test_long_run_conf_fixes_the_driver_heap_at_start(monkeypatch):
+    monkeypatch.delenv("REVISE_DRIVER_START_HEAP", raising=False)
+    monkeypatch.delenv("REVISE_DRIVER_MEMORY", raising=False)
+    assert long_run_conf() == {"spark.driver.extraJavaOptions": "-Xms1024m -XX:+AlwaysPreTouch"}
+    monkeypatch.setenv("REVISE_DRIVER_START_HEAP", "512m")
+    assert long_run_conf()["spark.driver.extraJavaOptions"].startswith("-Xms512m ")
+    monkeypatch.setenv("REVISE_DRIVER_START_HEAP", "2GB")
+    assert long_run_conf()["spark.driver.extraJavaOptions"].startswith("-Xms2048m ")
+
+
+def test_the_start_heap_is_never_above_the_drivers_memory(monkeypatch):
+    monkeypatch.setenv("REVISE_DRIVER_START_HEAP", "4g")
+    monkeypatch.setenv("REVISE_DRIVER_MEMORY", "768m")
+    assert long_run_conf()["spark.driver.extraJavaOptions"].startswith("-Xms768m ")
+
+
+@pytest.mark.parametrize("off", ["0", "0m", "512k"])
+def test_a_zero_start_heap_turns_it_off(monkeypatch, off):
+    monkeypatch.setenv("REVISE_DRIVER_START_HEAP", off)
+    assert long_run_conf() == {}
+
+
+@pytest.mark.parametrize(("var", "value"), [("REVISE_DRIVER_START_HEAP", "lots"),
+                                            ("REVISE_DRIVER_MEMORY", "1.5g")])
+def test_a_size_that_is_not_one_is_a_config_error(monkeypatch, var, value):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=rf"'{value}' is not a size; write e\.g\. 512m or 2g"):
+        long_run_conf()
