@@ -168,6 +168,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     # Options first (exit 2 with the fix), before any Kafka client or Spark starts.
     job_config_from_args(args, KafkaSettings(None).with_bootstrap("options-check:0"))
+    if not args.once:  # $REVISE_DRIVER_START_HEAP / $REVISE_DRIVER_MEMORY are options too
+        from revise.spark.session import long_run_conf
+
+        long_run_conf()
     topics = (args.input_topic, args.changelog_topic, args.late_topic, args.dead_letter_topic)
     cfg = job_config_from_args(args, kafka_settings(args, topics=topics))
     from revise.spark.driver import run_job

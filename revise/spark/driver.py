@@ -150,11 +150,15 @@ def run_job(
 
     Raises:
         ConfigError: The input topic is missing, the checkpoint belongs to other settings, or
-            the Delta tables under the path have another --aggs list's columns.
+            the Delta tables under the path have another --aggs list's columns, or
+            ``$REVISE_DRIVER_START_HEAP`` / ``$REVISE_DRIVER_MEMORY`` is not a size.
         ProducerFencedError: Another instance with the same query id took over.
         JobError: The streaming query failed.
     """
     t_start = time.monotonic()
+    # An unbounded run's driver takes its heap at start (flat memory for days, issue 11); a
+    # bad size in the environment is a configuration error, raised before anything is created.
+    driver_conf = None if spark is not None or cfg.once else long_run_conf()
     preflight(cfg)
     kafka = cfg.kafka_settings
     ends = (end_offsets(cfg.bootstrap_servers, cfg.input_topic,
@@ -163,9 +167,8 @@ def run_job(
         tables = DeltaTables(cfg.delta_path, revision_schema=cfg.revision_schema).ensure()
     except DeltaSchemaError as exc:
         raise ConfigError(str(exc)) from None
-    # An unbounded run's driver takes its heap at start (flat memory for days, issue 11).
     spark = spark or spark_session(f"revise-{cfg.query_id}", master=master,
-                                   extra_conf=None if cfg.once else long_run_conf())
+                                   extra_conf=driver_conf)
     control_dir = str(Path(cfg.checkpoint) / "control")
     Path(control_dir).mkdir(parents=True, exist_ok=True)
     result = JobResult(cfg.query_id)

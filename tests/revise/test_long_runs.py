@@ -74,3 +74,16 @@ def test_a_size_that_is_not_one_is_a_config_error(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError, match=rf"'{value}' is not a size; write e\.g\. 512m or 2g"):
         long_run_conf()
+
+
+def test_an_unbounded_run_with_a_bad_start_heap_exits_2_before_contacting_kafka(tmp_path):
+    args = ["run", "--bootstrap-servers", "127.0.0.1:1", "--input-topic", "in",
+            "--changelog-topic", "out", "--delta-path", str(tmp_path / "d"), "--checkpoint",
+            str(tmp_path / "c"), "--query-id", "q", "--window", "tumbling:1m", "--grace", "1s"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REVISE_")}
+    done = subprocess.run([sys.executable, "-m", "revise", *args], capture_output=True,
+                          text=True, timeout=120, check=False,
+                          env={**env, "REVISE_DRIVER_START_HEAP": "lots"})
+    assert done.returncode == 2, done.stderr
+    assert "'lots' is not a size; write e.g. 512m or 2g" in done.stderr
+    assert "Kafka" not in done.stderr and not (tmp_path / "d").exists()
