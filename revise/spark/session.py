@@ -31,6 +31,13 @@ __all__ = ["ROCKSDB_PROVIDER", "long_run_conf", "spark_session", "sql_setting"]
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 DRIVER_MEMORY = "3g"
 """The driver JVM's largest heap (``spark.driver.memory``) unless ``$REVISE_DRIVER_MEMORY``."""
+
+
+def _driver_memory() -> str:
+    """``spark.driver.memory``: ``$REVISE_DRIVER_MEMORY`` or :data:`DRIVER_MEMORY`."""
+    return os.environ.get("REVISE_DRIVER_MEMORY", DRIVER_MEMORY)
+
+
 DRIVER_START_HEAP = "1g"
 """The heap an unbounded run's driver JVM takes at start unless ``$REVISE_DRIVER_START_HEAP``
 (:func:`long_run_conf`)."""
@@ -70,7 +77,7 @@ def long_run_conf() -> dict[str, str]:
         ConfigError: ``$REVISE_DRIVER_START_HEAP`` or ``$REVISE_DRIVER_MEMORY`` is not a size.
     """
     start = _jvm_bytes(os.environ.get("REVISE_DRIVER_START_HEAP", DRIVER_START_HEAP))
-    most = _jvm_bytes(os.environ.get("REVISE_DRIVER_MEMORY", DRIVER_MEMORY))
+    most = _jvm_bytes(_driver_memory())
     heap_mib = min(start, most) >> 20
     if heap_mib == 0:
         return {}
@@ -130,7 +137,7 @@ def spark_session(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": os.environ.get("REVISE_DRIVER_MEMORY", DRIVER_MEMORY),
+        "spark.driver.memory": _driver_memory(),
         "spark.sql.adaptive.enabled": "false",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.databricks.delta.properties.defaults.checkpointInterval": "20",
