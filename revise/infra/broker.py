@@ -410,7 +410,16 @@ def _launch_node(node_dir: Path) -> int:
 
 
 def _new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as Kafka writes them: 22 url-safe base64 characters.
+
+    Like Kafka's own ``Uuid.randomUuid``, never one starting with ``-``: the storage tool's
+    command line would read it as an option (``--cluster-id: expected one argument``), which
+    failed one broker start in 64.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> BrokerCluster | None:
