@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from revise.config import EngineConfig, WindowSpec
 from revise.engine import Engine, InputBatch
-from revise.engine.state import KeyTable
+from revise.engine.state import COMPRESS_ABOVE_BYTES, KeyTable
 
 _KEYS = st.lists(st.text(alphabet="abcdé\u00e9Z0", max_size=4), max_size=30)
 
@@ -50,15 +50,27 @@ def _engine_with(n_keys: int) -> Engine:
     return eng
 
 
+def _plain(blob: bytes) -> bytes:
+    """The same snapshot re-written without compression (what revise wrote before zstd)."""
+    table = pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
 def test_snapshot_is_compressed_and_an_uncompressed_one_still_reads():
     eng = _engine_with(5_000)
     blob = eng.snapshot()
-    table = pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:  # what revise wrote before zstd
-        w.write_table(table)
-    plain = sink.getvalue().to_pybytes()
+    plain = _plain(blob)
     assert len(blob) * 2 < len(plain)
     restored = Engine.build(eng.config, plain)
     assert restored.open_windows == 5_000
     assert restored.snapshot() == blob
+
+
+def test_a_small_snapshot_is_left_uncompressed():
+    """Below COMPRESS_ABOVE_BYTES zstd's fixed cost would outweigh the bytes it saves."""
+    blob = _engine_with(20).snapshot()
+    assert len(blob) < COMPRESS_ABOVE_BYTES
+    assert blob == _plain(blob)
