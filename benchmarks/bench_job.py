@@ -207,18 +207,26 @@ def _native(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
 def _batch_figures(progress: list[dict[str, Any]], checkpoint: Path) -> dict[str, Any]:
     """Mean seconds of the first and the last five data micro-batches, and checkpoint MB.
 
-    The first data micro-batch (Spark's warm-up) is left out.
+    The first data micro-batch (Spark's warm-up) is left out. For revise, also the same two
+    means of each commit step (``steps_first5`` / ``steps_last5``: ``collect``, ``kafka``,
+    ``delta``, from the ``revise`` entry the driver adds to each progress report), which says
+    which step grows when the batch does.
     """
-    data = [p for p in progress if int(p.get("numInputRows") or 0) > 1_000]
-    secs = [(p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
-            for p in data[1:]]
+    data = [p for p in progress if int(p.get("numInputRows") or 0) > 1_000][1:]
+    secs = [(p.get("durationMs") or {}).get("triggerExecution", 0) / 1000 for p in data]
 
     def mean(xs: list[float]) -> float | None:
         return round(sum(xs) / len(xs), 2) if xs else None
 
     size = sum(f.stat().st_size for f in checkpoint.rglob("*") if f.is_file())
-    return {"batch_s_first5": mean(secs[:5]), "batch_s_last5": mean(secs[-5:]),
-            "checkpoint_mb": round(size / 2**20, 1)}
+    figures: dict[str, Any] = {"batch_s_first5": mean(secs[:5]), "batch_s_last5": mean(secs[-5:]),
+                               "checkpoint_mb": round(size / 2**20, 1)}
+    steps = [p["revise"] for p in data if p.get("revise")]
+    if steps:
+        for label, part in (("steps_first5", steps[:5]), ("steps_last5", steps[-5:])):
+            figures[label] = {name.removesuffix("_ms"): mean([s[name] / 1000 for s in part])
+                              for name in part[0]}
+    return figures
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
