@@ -25,6 +25,13 @@ no data change). If another writer commits the same app id between that read and
 ``latest`` is also idempotent by itself: it only replaces a row with a strictly higher
 revision, so a replay of the same revisions changes nothing.
 
+The job defers that MERGE (``write_batch(defer_latest=True)``): it runs in a background thread
+while Spark computes the next micro-batch, whose write waits for it first. On the issue-12
+workloads the MERGE is the Delta step's largest and only growing part (copy-on-write over a
+table of every open window). A crash can then lose the MERGE of a batch Spark has already
+recorded (and will not replay); :meth:`DeltaTables.catch_up_latest`, run at every start, redoes
+it from ``revisions``, whose app transaction version is ahead of ``latest``'s exactly then.
+
 Its place in the commit of a micro-batch is step 3 of ``revise.spark.committer.BatchCommitter``
 (3a–3d below). Reading the tables with Spark (the views, time travel) is the query side's:
 :mod:`revise.query.views`.
@@ -38,7 +45,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -147,6 +154,8 @@ class DeltaTables:
         self._tables: dict[str, RustDeltaTable] = {}
         self._updates: dict[str, int] = {}
         self._merges = 0
+        self._latest_pool: ThreadPoolExecutor | None = None
+        self._latest_pending: tuple[int, Future[float]] | None = None
 
     def table_path(self, table: str) -> str:
         """``<path>/<table>``."""
@@ -186,6 +195,8 @@ class DeltaTables:
         dead_letters: pa.Table,
         *,
         after_table: Callable[[str], None] | None = None,
+        defer_latest: bool = False,
+        before_latest: Callable[[], None] | None = None,
     ) -> None:
         """Write one micro-batch to the four tables; a replay of the batch is a no-op.
 
@@ -213,15 +224,27 @@ class DeltaTables:
             late: Too-late records with the SPEC §6 late columns.
             dead_letters: Dead letters with the SPEC §6 columns.
             after_table: Called with each table's name after its write, in the order 3a–3d (crash
-                tests kill the process there, with the other writes in any state).
+                tests kill the process there, with the other writes in any state); not for a
+                deferred ``latest``.
+            defer_latest: Run 3d in the background and return after 3a–3c: the MERGE then
+                overlaps whatever the caller does next (the job: Spark computing the next
+                micro-batch). At most one MERGE is pending: the next call (or :meth:`flush`)
+                waits for it first, so ``latest`` trails ``revisions`` by at most this batch.
+                A MERGE lost to a crash is redone from ``revisions`` by
+                :meth:`catch_up_latest`.
+            before_latest: Called in the background thread just before a deferred MERGE
+                (crash tests kill the process there).
 
         Raises:
-            DeltaWriteError: a write failed; the tables hold a prefix of the batch's writes and
-                a replay completes the rest.
+            DeltaWriteError: a write failed (or the deferred MERGE of the batch before); the
+                tables hold a prefix of the batch's writes and a replay completes the rest
+                (:meth:`catch_up_latest` the MERGE of the batch before).
         """
-        app_id = f"revise-{query_id}"
+        app_id = _app_id(query_id)
         t0 = time.perf_counter()
         t: dict[str, float] = {}
+        if defer_latest:  # the MERGE of the batch before: done, or waited for here
+            t["latest"] = self._await_latest()
 
         def done(table: str) -> None:
             if after_table is not None:
@@ -234,9 +257,14 @@ class DeltaTables:
             "dead_letter": lambda: self._append(
                 "dead_letter", _add_query_id(dead_letters, query_id), app_id, batch_id
             ),
-            # 3d. MERGE into latest, same app transaction
-            "latest": lambda: self._merge_latest(revisions, app_id, batch_id),
         }
+        def merge() -> float:
+            if defer_latest and before_latest is not None:
+                before_latest()
+            return self._merge_latest(revisions, app_id, batch_id)
+
+        if not defer_latest:  # 3d. MERGE into latest, same app transaction
+            writes["latest"] = merge
         try:
             # The four tables are independent Delta logs: write them at once (delta-rs works
             # outside the GIL); each is idempotent on its own, so any prefix is safe to replay.
@@ -251,9 +279,61 @@ class DeltaTables:
                 f"failed ({type(e).__name__}: {e}); replaying the batch completes it"
             )
             raise DeltaWriteError(msg) from e
+        if defer_latest:  # 3d, in the background
+            if self._latest_pool is None:
+                self._latest_pool = ThreadPoolExecutor(1, thread_name_prefix="revise-latest")
+            self._latest_pending = (batch_id, self._latest_pool.submit(merge))
         self.last_timings = WriteTimings(
             t["revisions"], t["late"], t["dead_letter"], t["latest"], time.perf_counter() - t0
         )
+
+    def flush(self, *, raise_error: bool = True) -> float:
+        """Wait for a deferred ``latest`` MERGE; the seconds it took (0.0: none pending).
+
+        Raises:
+            DeltaWriteError: it failed (:meth:`catch_up_latest` redoes it), unless
+                ``raise_error`` is false (then 0.0).
+        """
+        return self._await_latest(raise_error=raise_error)
+
+    def catch_up_latest(self, query_id: str) -> int:
+        """Bring ``latest`` up to ``revisions`` for ``query_id``; the revisions merged.
+
+        A deferred MERGE (``write_batch(defer_latest=True)``) lost to a crash or an error
+        leaves ``latest``'s app transaction version behind that of ``revisions``, which holds
+        every committed revision with its ``batch_id``. This MERGEs the revisions of the
+        batches after ``latest``'s version, tagged with ``revisions``' version: the MERGE
+        replaces only lower revisions, so merging a batch twice changes nothing. The job runs
+        it at every start, before its first micro-batch.
+        """
+        app_id = _app_id(query_id)
+        self._await_latest(raise_error=False)
+        have = self._table("latest").transaction_version(app_id)
+        want = self._table("revisions").transaction_version(app_id)
+        if want is None or (have is not None and have >= want):
+            return 0
+        rows = self._table("revisions").to_pyarrow_dataset().to_table(
+            filter=(pc.field("query_id") == query_id)
+            & (pc.field("batch_id") > (-1 if have is None else have)),
+        )
+        self._merge_latest(rows, app_id, want)
+        return rows.num_rows
+
+    def _await_latest(self, *, raise_error: bool = True) -> float:
+        pending, self._latest_pending = self._latest_pending, None
+        if pending is None:
+            return 0.0
+        batch_id, future = pending
+        try:
+            return future.result()
+        except Exception as e:
+            if not raise_error:
+                return 0.0
+            msg = (
+                f"the deferred MERGE into latest of batch {batch_id} under {self.path!r} failed "
+                f"({type(e).__name__}: {e}); a restart redoes it from revisions"
+            )
+            raise DeltaWriteError(msg) from e
 
     def schema(self, table: str) -> pa.Schema:
         """The Arrow schema this writer gives ``table`` (:func:`arrow_schema`)."""
@@ -381,6 +461,11 @@ def highest_per_window(revisions: pa.Table) -> pa.Table:
         differs = pc.not_equal(col.slice(1), col.slice(0, len(col) - 1))
         new_group[1:] |= differs.to_numpy(zero_copy_only=False)
     return ordered.filter(pa.array(new_group))
+
+
+def _app_id(query_id: str) -> str:
+    """The Delta application transaction id of a query's writes."""
+    return f"revise-{query_id}"
 
 
 def _add_query_id(table: pa.Table, query_id: str) -> pa.Table:

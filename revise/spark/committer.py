@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -40,7 +41,7 @@ log = logging.getLogger("revise.job")
 CrashHook = Callable[[str, int], None]
 
 CRASH_POINTS: Final = ("before_kafka", "before_kafka_commit", "after_kafka", "during_delta",
-                       "after_delta")
+                       "after_delta", "before_latest")
 """Where :meth:`BatchCommitter.__call__` calls its crash hook (named under steps 1–3)."""
 
 RECENT_PROGRESS: Final = 64
@@ -172,14 +173,19 @@ class BatchCommitter:
                fails the query loudly; a fenced producer (another instance took over this
                query id) raises ``ProducerFencedError``.
            [``after_kafka``: Kafka committed, Delta not written]
-        3. Delta (``DeltaTables.write_batch``, from the same Arrow tables, the four at once),
+        3. Delta (``DeltaTables.write_batch``, from the same Arrow tables, at once),
            each write tagged with the app transaction (revise-<query_id>, batch_id) so a
            replayed batch is a no-op:
            3a. append ``revisions``; [``during_delta``: after 3a, the others in any state]
            3b. append ``late``;
            3c. append ``dead_letter``;
-           3d. MERGE ``latest`` (only a higher revision replaces a row).
-           [``after_delta``: everything written, Spark has not recorded the batch]
+           3d. MERGE ``latest`` (only a higher revision replaces a row), in the background:
+               it runs while Spark computes the next batch, whose step 3 waits for it first.
+               A MERGE lost to a crash after step 4 is redone from ``revisions`` when the job
+               starts again (``DeltaTables.catch_up_latest``).
+               [``before_latest``: in 3d's thread, once Spark has recorded the batch (step 4),
+               before the MERGE: no replay will redo it]
+           [``after_delta``: 3a–3c written, 3d running, Spark has not recorded the batch]
         4. Return: Spark records the batch in its commit log. A crash anywhere before this
            replays the batch with the same offsets and state, so the same revisions, and
            steps 2 and 3 turn the replay into no-ops where they already happened.
@@ -213,6 +219,8 @@ class BatchCommitter:
                 self.cfg.query_id, batch_id, revisions, out.late, out.dead,
                 after_table=lambda t: self._crash("during_delta", batch_id) if t == "revisions"
                 else None,
+                defer_latest=True,
+                before_latest=lambda: self._crash_once_recorded("before_latest", batch_id),
             )
             delta_s = time.monotonic() - td
             self._account_delta(delta_s)
@@ -223,6 +231,16 @@ class BatchCommitter:
             self.error = exc
             raise
         # 4. return → Spark commits the batch
+
+    def _crash_once_recorded(self, point: str, batch_id: int, wait_s: float = 60.0) -> None:
+        """The crash hook at ``point``, once Spark's commit log holds ``batch_id`` (or later)."""
+        if self.crash_hook is None:
+            return
+        done = Path(self.cfg.checkpoint) / "spark" / "commits" / str(batch_id)
+        deadline = time.monotonic() + wait_s
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._crash(point, batch_id)
 
     def take_steps(self, batch_id: int) -> dict[str, int] | None:
         """Milliseconds of batch ``batch_id``'s commit steps 1–3, once (None: not kept).

@@ -26,9 +26,11 @@ Why these choices (checked on Spark 4.2, pinned by tests/integration/test_spark_
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +61,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = ["JobDriver", "JobError", "JobResult", "preflight", "run_job"]
+
+log = logging.getLogger("revise.job")
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
@@ -161,18 +165,69 @@ def run_job(
     driver_conf = None if spark is not None or cfg.once else long_run_conf()
     preflight(cfg)
     kafka = cfg.kafka_settings
-    ends = (end_offsets(cfg.bootstrap_servers, cfg.input_topic,
-                        client_config=kafka.consumer_conf()) if cfg.once else None)
     try:  # before Spark starts: tables of another --aggs list are a configuration error
         tables = DeltaTables(cfg.delta_path, revision_schema=cfg.revision_schema).ensure()
     except DeltaSchemaError as exc:
         raise ConfigError(str(exc)) from None
-    spark = spark or spark_session(f"revise-{cfg.query_id}", master=master,
-                                   extra_conf=driver_conf)
-    control_dir = str(Path(cfg.checkpoint) / "control")
-    Path(control_dir).mkdir(parents=True, exist_ok=True)
+    # The transactional producer's open (init_transactions, reading the progress topic: ~0.7 s)
+    # runs while Spark starts and analyses the query (seconds): neither needs the other.
+    with ThreadPoolExecutor(1, thread_name_prefix="revise-open") as pool:
+        opening = pool.submit(_changelog(cfg).open)
+        try:
+            ends = (end_offsets(cfg.bootstrap_servers, cfg.input_topic,
+                                client_config=kafka.consumer_conf()) if cfg.once else None)
+            _catch_up_latest(tables, cfg.query_id)
+            spark = spark or spark_session(f"revise-{cfg.query_id}", master=master,
+                                           extra_conf=driver_conf)
+            control_dir = str(Path(cfg.checkpoint) / "control")
+            Path(control_dir).mkdir(parents=True, exist_ok=True)
+            stream = build_stream(spark, cfg, control_dir)  # the shuffle is planned at start
+            changelog = opening.result()
+        except BaseException:
+            _close_once_open(opening)
+            raise
     result = JobResult(cfg.query_id)
-    changelog = TransactionalChangelog(ChangelogConfig(
+    committer = BatchCommitter(cfg, changelog, tables, result,
+                               crash_hook or crash_hook_from_env())
+    with sql_setting(spark, SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, cfg))):
+        query = (
+            stream.writeStream.outputMode("update")
+            .queryName(f"revise_{cfg.query_id}".replace("-", "_").replace(".", "_"))
+            .option("checkpointLocation", str(Path(cfg.checkpoint) / "spark"))
+            .trigger(processingTime=f"{cfg.effective_trigger_ms} milliseconds")
+            .foreachBatch(committer)
+            .start()
+        )
+    driver = JobDriver(query, cfg, committer, ends=ends, control_dir=control_dir,
+                       stop_event=stop_event, on_progress=on_progress, timeout_s=timeout_s,
+                       started=t_start)
+    ran = False
+    try:
+        driver.run()
+        ran = True
+    except JobError as exc:
+        clearer = commit_failure(cfg, committer.error)
+        if clearer is None:
+            raise
+        raise clearer from exc
+    finally:
+        if query.isActive:
+            query.stop()
+        changelog.close()
+        # The last batch's MERGE into latest (step 3d runs in the background). When the run
+        # failed, its error is the one raised; the next start redoes the MERGE.
+        latest_s = tables.flush(raise_error=ran)
+    per_table = result.delta_table_seconds
+    per_table["latest"] = per_table.get("latest", 0.0) + latest_s
+    if isinstance(committer.error, ProducerFencedError):
+        raise committer.error
+    result.seconds = time.monotonic() - t_start
+    return result
+
+
+def _changelog(cfg: JobConfig) -> TransactionalChangelog:
+    kafka = cfg.kafka_settings
+    return TransactionalChangelog(ChangelogConfig(
         bootstrap_servers=cfg.bootstrap_servers,
         query_id=cfg.query_id,
         changelog_topic=cfg.changelog_topic,
@@ -184,36 +239,23 @@ def run_job(
         consumer_config=kafka.consumer_conf(),
         admin_config=kafka.admin_conf(),
         revision_schema=cfg.revision_schema,
-    )).open()
-    committer = BatchCommitter(cfg, changelog, tables, result,
-                               crash_hook or crash_hook_from_env())
-    with sql_setting(spark, SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, cfg))):
-        query = (
-            build_stream(spark, cfg, control_dir).writeStream.outputMode("update")
-            .queryName(f"revise_{cfg.query_id}".replace("-", "_").replace(".", "_"))
-            .option("checkpointLocation", str(Path(cfg.checkpoint) / "spark"))
-            .trigger(processingTime=f"{cfg.effective_trigger_ms} milliseconds")
-            .foreachBatch(committer)
-            .start()
-        )
-    driver = JobDriver(query, cfg, committer, ends=ends, control_dir=control_dir,
-                       stop_event=stop_event, on_progress=on_progress, timeout_s=timeout_s,
-                       started=t_start)
+    ))
+
+
+def _catch_up_latest(tables: DeltaTables, query_id: str) -> None:
+    """Redo a ``latest`` MERGE that the last run's crash lost (step 3d runs in the background)."""
+    merged = tables.catch_up_latest(query_id)
+    if merged:
+        log.warning("latest caught up with %d revisions the last run had not merged into it",
+                    merged)
+
+
+def _close_once_open(opening: Future[TransactionalChangelog]) -> None:
+    """Release the producer of an open that ran beside a start-up step that failed."""
     try:
-        driver.run()
-    except JobError as exc:
-        clearer = commit_failure(cfg, committer.error)
-        if clearer is None:
-            raise
-        raise clearer from exc
-    finally:
-        if query.isActive:
-            query.stop()
-        changelog.close()
-    if isinstance(committer.error, ProducerFencedError):
-        raise committer.error
-    result.seconds = time.monotonic() - t_start
-    return result
+        opening.result().close()
+    except Exception:  # noqa: BLE001 - the start-up step's error is the one to raise
+        return
 
 
 @dataclass(slots=True)

@@ -7,8 +7,11 @@ in, so every crash point also follows a replay of an earlier crash):
 1. ``before_kafka_commit`` (transaction open, not committed → aborted by the next instance);
 2. ``after_kafka`` (Kafka committed, Delta not written, Spark has not recorded the batch);
 3. ``during_delta`` (``revisions`` written, ``late``/``dead_letter``/``latest`` not);
-4. ``after_delta`` (everything written, Spark has not recorded the batch);
-5. a clean restart to completion.
+4. ``before_latest`` (Spark has recorded the batch, its ``latest`` MERGE has not run: no replay
+   redoes it, the next start's catch-up from ``revisions`` must);
+5. ``after_delta`` (Kafka and the Delta appends written, the ``latest`` MERGE running, Spark has
+   not recorded the batch);
+6. a clean restart to completion.
 
 Then a read_committed consumer and a Delta reader must see every revision exactly once, the
 two must agree, and the FINALs must equal the batch oracle over the job's micro-batch split
@@ -25,6 +28,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable as RustDeltaTable
 from integration_support import CliRun, check_run
 
 from revise.generate import GeneratorConfig, generate, produce
@@ -56,8 +60,9 @@ def test_kill_at_every_commit_point_loses_and_duplicates_nothing(
     args = setup.cli_args()
     history = []
 
-    # 1.–4. each commit point, aimed at the first batch not yet committed
-    for point in ("before_kafka_commit", "after_kafka", "during_delta", "after_delta"):
+    # 1.–5. each commit point, aimed at the first batch not yet committed
+    for point in ("before_kafka_commit", "after_kafka", "during_delta", "before_latest",
+                  "after_delta"):
         # the close-all batch (id >= n_data_batches) always has output, so the crash fires
         target = min(_next_batch(setup.checkpoint) + 1, n_data_batches)
         run = CliRun(args, cwd=tmp_path, env={"REVISE_CRASH_AT": f"{point}:{target}"},
@@ -66,8 +71,17 @@ def test_kill_at_every_commit_point_loses_and_duplicates_nothing(
         assert rc == -signal.SIGKILL, f"no crash at {point}:{target} (rc={rc}):\n{run.tail()}"
         assert f"killing the job at {point} of batch" in run.log()
         history.append(f"{point}:{target}")
+        if point == "before_latest":  # latest left behind: a batch Spark recorded is not in it
+            app = f"revise-{setup.query_id}"
+            behind = {t: RustDeltaTable(f"{setup.delta_path}/{t}").transaction_version(app)
+                      for t in ("revisions", "latest")}
+            assert behind["revisions"] >= target > (behind["latest"] or -1), behind
+            assert _next_batch(setup.checkpoint) > target, "Spark had not recorded the batch"
+        if len(history) > 1 and history[-2].startswith("before_latest:"):
+            # this start redid that MERGE from revisions, before its first batch
+            assert re.search(r"latest caught up with \d+ revisions", run.log()), run.tail()
 
-    # 5. to completion
+    # 6. to completion
     run = CliRun(args, cwd=tmp_path, log=tmp_path / "run-final.log")
     rc = run.wait(RUN_TIMEOUT_S)
     assert rc == 0, run.tail()

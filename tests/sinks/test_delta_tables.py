@@ -12,7 +12,7 @@ from delta.tables import DeltaTable
 from revise.query.views import REGISTERED_VIEWS, register_views, table_schema, view_sql
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.vocab import TABLE_NAMES
-from sinks.delta_tables import DeltaTables
+from sinks.delta_tables import DeltaTables, DeltaWriteError
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -280,3 +280,100 @@ def test_highest_per_window_keeps_one_row_per_window(make_revision):
     assert sorted(zip(got.column("key").to_pylist(), got.column("window_end_ms").to_pylist(),
                       got.column("revision").to_pylist(), strict=True)) == [
         ("a", 10, 3), ("a", 20, 2), ("b", 10, 0)]
+
+
+def _latest_version(tables: DeltaTables, query_id: str = "q") -> int | None:
+    from deltalake import DeltaTable as RustDeltaTable
+
+    return RustDeltaTable(tables.table_path("latest")).transaction_version(f"revise-{query_id}")
+
+
+def test_a_deferred_latest_merge_trails_by_at_most_one_batch_and_flush_completes_it(
+    spark, delta_path, frames, make_revision,
+):
+    """The job's step 3d: the MERGE of batch b runs in the background; write_batch(b + 1)
+    waits for it before writing, flush() waits for the last one; the rows are the same as
+    with synchronous MERGEs, retracted session bounds included."""
+    r = make_revision
+    batches = [
+        [r("a", 0, 10_000, 0, batch_id=0), r("s", 0, 3_000, 0, batch_id=0)],
+        [r("a", 0, 10_000, 1, batch_id=1), r("s", 0, 3_000, 1, retracted=True, batch_id=1),
+         r("s", 0, 5_000, 2, batch_id=1)],
+        [r("a", 0, 10_000, 2, timing="FINAL", batch_id=2), r("b", 0, 10_000, 0, batch_id=2)],
+    ]
+    deferred = DeltaTables(str(delta_path / "deferred")).ensure()
+    plain = DeltaTables(str(delta_path / "plain")).ensure()
+    for b, rows in enumerate(batches):
+        deferred.write_batch("q", b, frames.revisions(rows), frames.late(), frames.dead(),
+                             defer_latest=True)
+        plain.write_batch("q", b, frames.revisions(rows), frames.late(), frames.dead())
+        if b > 0:  # the call waited for the MERGE of the batch before
+            assert (_latest_version(deferred) or -1) >= b - 1
+    assert deferred.flush() > 0  # the last batch's MERGE ran, and took time
+    assert _latest_version(deferred) == 2
+    assert deferred.flush() == 0.0  # nothing pending any more
+    assert _latest(spark, deferred) == _latest(spark, plain) == {
+        ("a", 0, 10_000): 2, ("s", 0, 5_000): 2, ("b", 0, 10_000): 0}
+
+
+def test_a_lost_latest_merge_is_redone_from_revisions_at_start(
+    spark, delta_path, frames, make_revision, monkeypatch,
+):
+    """A crash (here: a failure) after Spark recorded batch b but before its deferred MERGE
+    committed leaves latest behind revisions; catch_up_latest, run by every job start, merges
+    the revisions of the batches after latest's version, of this query only, once."""
+    r = make_revision
+    tables = DeltaTables(str(delta_path)).ensure()
+    tables.write_batch("q", 0, frames.revisions([r("a", 0, 10_000, 0), r("s", 0, 3_000, 0)]),
+                       frames.late(), frames.dead(), defer_latest=True)
+    assert tables.flush() > 0
+    real_merge = DeltaTables._merge_latest
+
+    def lost(self, revisions, app_id, batch_id):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(DeltaTables, "_merge_latest", lost)
+    tables.write_batch("q", 1, frames.revisions([
+        r("a", 0, 10_000, 1, batch_id=1), r("s", 0, 3_000, 1, retracted=True, batch_id=1),
+        r("s", 0, 5_000, 2, batch_id=1), r("n", 0, 10_000, 0, batch_id=1),
+    ]), frames.late(), frames.dead(), defer_latest=True)
+    with pytest.raises(DeltaWriteError, match="deferred MERGE into latest of batch 1"):
+        tables.flush()
+    monkeypatch.setattr(DeltaTables, "_merge_latest", real_merge)
+    # another query's later revisions in the same root are not this query's to merge
+    tables.write_batch("other", 7, frames.revisions([r("z", 0, 10_000, 0, query_id="other",
+                                                        batch_id=7)]),
+                       frames.late(), frames.dead())
+    assert _latest_version(tables) == 0
+    assert _latest(spark, tables) == {("a", 0, 10_000): 0, ("s", 0, 3_000): 0,
+                                      ("z", 0, 10_000): 0}
+
+    restarted = DeltaTables(str(delta_path)).ensure()
+    assert restarted.catch_up_latest("q") == 4
+    assert _latest_version(restarted) == 1
+    assert _latest(spark, restarted) == {("a", 0, 10_000): 1, ("s", 0, 5_000): 2,
+                                         ("n", 0, 10_000): 0, ("z", 0, 10_000): 0}
+    v = restarted.version("latest")
+    assert restarted.catch_up_latest("q") == 0  # up to date: no commit
+    assert restarted.version("latest") == v
+    # the next batch's MERGE follows on from there
+    restarted.write_batch("q", 2, frames.revisions([r("a", 0, 10_000, 2, batch_id=2)]),
+                          frames.late(), frames.dead(), defer_latest=True)
+    restarted.flush()
+    assert _latest(spark, restarted)[("a", 0, 10_000)] == 2
+
+
+def test_a_failed_deferred_merge_fails_the_next_batch(
+    delta_path, frames, make_revision, monkeypatch,
+):
+    tables = DeltaTables(str(delta_path)).ensure()
+
+    def lost(self, revisions, app_id, batch_id):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(DeltaTables, "_merge_latest", lost)
+    tables.write_batch("q", 0, frames.revisions([make_revision("a")]), frames.late(),
+                       frames.dead(), defer_latest=True)
+    with pytest.raises(DeltaWriteError, match="batch 0 .*disk gone.*redoes it from revisions"):
+        tables.write_batch("q", 1, frames.revisions([make_revision("a", rev=1, batch_id=1)]),
+                           frames.late(), frames.dead(), defer_latest=True)
