@@ -330,7 +330,7 @@ class DeltaTables:
             if not raise_error:
                 return 0.0
             msg = (
-                f"the deferred MERGE into latest of batch {batch_id} under {self.path!r} failed "
+                f"Delta MERGE into latest of batch {batch_id} under {self.path!r} failed "
                 f"({type(e).__name__}: {e}); a restart redoes it from revisions"
             )
             raise DeltaWriteError(msg) from e

@@ -337,7 +337,7 @@ def test_a_lost_latest_merge_is_redone_from_revisions_at_start(
         r("a", 0, 10_000, 1, batch_id=1), r("s", 0, 3_000, 1, retracted=True, batch_id=1),
         r("s", 0, 5_000, 2, batch_id=1), r("n", 0, 10_000, 0, batch_id=1),
     ]), frames.late(), frames.dead(), defer_latest=True)
-    with pytest.raises(DeltaWriteError, match="deferred MERGE into latest of batch 1"):
+    with pytest.raises(DeltaWriteError, match="Delta MERGE into latest of batch 1 under"):
         tables.flush()
     monkeypatch.setattr(DeltaTables, "_merge_latest", real_merge)
     # another query's later revisions in the same root are not this query's to merge
