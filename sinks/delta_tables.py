@@ -305,18 +305,28 @@ class DeltaTables:
         batches after ``latest``'s version, tagged with ``revisions``' version: the MERGE
         replaces only lower revisions, so merging a batch twice changes nothing. The job runs
         it at every start, before its first micro-batch.
+
+        Raises:
+            DeltaWriteError: reading ``revisions`` or the MERGE failed (a restart retries).
         """
         app_id = _app_id(query_id)
         self._await_latest(raise_error=False)
-        have = self._table("latest").transaction_version(app_id)
-        want = self._table("revisions").transaction_version(app_id)
-        if want is None or (have is not None and have >= want):
-            return 0
-        rows = self._table("revisions").to_pyarrow_dataset().to_table(
-            filter=(pc.field("query_id") == query_id)
-            & (pc.field("batch_id") > (-1 if have is None else have)),
-        )
-        self._merge_latest(rows, app_id, want)
+        try:
+            have = self._table("latest").transaction_version(app_id)
+            want = self._table("revisions").transaction_version(app_id)
+            if want is None or (have is not None and have >= want):
+                return 0
+            rows = self._table("revisions").to_pyarrow_dataset().to_table(
+                filter=(pc.field("query_id") == query_id)
+                & (pc.field("batch_id") > (-1 if have is None else have)),
+            )
+            self._merge_latest(rows, app_id, want)
+        except Exception as e:
+            msg = (
+                f"bringing Delta latest under {self.path!r} up to revisions of query "
+                f"{query_id!r} failed ({type(e).__name__}: {e}); fix the cause and restart"
+            )
+            raise DeltaWriteError(msg) from e
         return rows.num_rows
 
     def _await_latest(self, *, raise_error: bool = True) -> float:
