@@ -312,11 +312,12 @@ class DeltaTables:
         app_id = _app_id(query_id)
         self._await_latest(raise_error=False)
         try:
+            revisions = self._table("revisions")
             have = self._table("latest").transaction_version(app_id)
-            want = self._table("revisions").transaction_version(app_id)
+            want = revisions.transaction_version(app_id)
             if want is None or (have is not None and have >= want):
                 return 0
-            rows = self._table("revisions").to_pyarrow_dataset().to_table(
+            rows = revisions.to_pyarrow_dataset().to_table(
                 filter=(pc.field("query_id") == query_id)
                 & (pc.field("batch_id") > (-1 if have is None else have)),
             )

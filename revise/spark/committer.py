@@ -17,7 +17,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -25,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from revise.jobconfig import JobConfig
+from revise.spark.failures import last_committed_batch
 from revise.spark.operator import BatchTables, decode_output
 from revise.vocab import TABLE_NAMES
 from sinks.delta_tables import DeltaTables
@@ -236,9 +236,9 @@ class BatchCommitter:
         """The crash hook at ``point``, once Spark's commit log holds ``batch_id`` (or later)."""
         if self.crash_hook is None:
             return
-        done = Path(self.cfg.checkpoint) / "spark" / "commits" / str(batch_id)
         deadline = time.monotonic() + wait_s
-        while not done.exists() and time.monotonic() < deadline:
+        while (last_committed_batch(self.cfg.checkpoint) < batch_id
+               and time.monotonic() < deadline):
             time.sleep(0.01)
         self._crash(point, batch_id)
 
