@@ -14,7 +14,7 @@ import socket
 import time
 from pathlib import Path
 
-from revise.errors import SetupError
+from revise.errors import InfraError, SetupError
 
 __all__ = ["free_port", "java", "pid_alive", "port_free", "terminate"]
 
@@ -68,17 +68,40 @@ def java() -> str:
     return found
 
 
+KILL_WAIT_S = 30.0
+"""How long :func:`terminate` waits for a SIGKILLed process to be gone."""
+
+
 def terminate(pid: int, *, timeout_s: float) -> None:
-    """SIGTERM ``pid``, wait up to ``timeout_s`` seconds, then SIGKILL; reap it if ours."""
+    """SIGTERM ``pid``, wait up to ``timeout_s`` seconds, then SIGKILL; return once it is gone.
+
+    A SIGKILLed process is not gone at once: the kernel still tears it down (a JVM's large
+    heap takes a while to unmap), and when it is not our child no ``waitpid`` can wait for it.
+    So after SIGKILL this polls until the process is dead or a zombie, for at most
+    :data:`KILL_WAIT_S`; a caller that then reports "stopped" tells the truth.
+
+    Raises:
+        InfraError: ``pid`` still ran :data:`KILL_WAIT_S` seconds after SIGKILL.
+    """
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
+    if _gone_within(pid, timeout_s):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    if not _gone_within(pid, KILL_WAIT_S):
+        msg = f"process {pid} still runs {KILL_WAIT_S:.0f} s after SIGKILL; look at it with ps"
+        raise InfraError(msg)
+
+
+def _gone_within(pid: int, timeout_s: float) -> bool:
+    """Whether ``pid`` is dead (reaped here when it is our child) within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and pid_alive(pid):
+    while True:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.1)
-    if pid_alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+        if not pid_alive(pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)

@@ -1,0 +1,60 @@
+"""Stopping local processes (``revise.infra.procs``), as ``revise broker stop`` does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from revise.infra.procs import pid_alive, terminate
+
+# Ignores SIGTERM and holds 1 GiB of touched memory, whose unmapping makes a SIGKILLed process
+# linger for a moment, as a broker JVM's heap does.
+_STUBBORN = (
+    "import signal, sys, time, pathlib;"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+    "ballast = bytearray(1 << 30);"
+    "pathlib.Path(sys.argv[1]).write_text('ready');"
+    "time.sleep(600)"
+)
+
+
+def _orphan(tmp_path: Path) -> int:
+    """Start the stubborn process through a shell that exits: not our child, as a broker isn't."""
+    ready = tmp_path / "ready"
+    shell = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -c "{_STUBBORN}" "{ready}" >/dev/null 2>&1 & echo $!'],
+        capture_output=True, text=True, check=True, timeout=30,
+    )
+    pid = int(shell.stdout.strip())
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert time.monotonic() < deadline, "the stubborn process never got ready"
+        time.sleep(0.05)
+    return pid
+
+
+def test_terminate_returns_only_once_a_process_that_ignores_sigterm_is_gone(
+    tmp_path: Path,
+) -> None:
+    pid = _orphan(tmp_path)
+    try:
+        assert pid_alive(pid)
+        started = time.monotonic()
+        terminate(pid, timeout_s=0.3)
+        # Checked at once: a SIGKILLed process that is still being torn down counts as alive.
+        assert not pid_alive(pid)
+        assert time.monotonic() - started >= 0.3  # SIGTERM was ignored, so it waited first
+    finally:
+        if pid_alive(pid):
+            subprocess.run(["kill", "-9", str(pid)], check=False)
+
+
+def test_terminate_of_a_process_already_gone_returns_at_once() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(30)
+    started = time.monotonic()
+    terminate(child.pid, timeout_s=10)
+    assert time.monotonic() - started < 5
+    assert not pid_alive(child.pid)
