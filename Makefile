@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
+# Test processes (pytest-xdist), each with its own broker and Spark session; whole files go to
+# one process (--dist loadfile), so a file's module fixtures are set up once. 0 runs serially.
+TEST_WORKERS ?= 2
 
 .PHONY: install demo test lint bench bench-engine bench-job clean
 
@@ -22,7 +25,7 @@ demo: $(STAMP)
 	$(VENV)/bin/revise demo
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check revise windows sinks tests benchmarks
