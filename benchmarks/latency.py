@@ -48,6 +48,7 @@ import orjson
 
 from benchmarks.chaos import CliRun, create_topics, use_repo_pythonpath
 from benchmarks.soak import Feeder, input_lag
+from revise.jobconfig import DEFAULT_TRIGGER_MS
 
 __all__ = ["main"]
 
@@ -135,12 +136,12 @@ def _start(system: str, args: argparse.Namespace, bootstrap: str, topics: dict[s
         return CliRun(argv, cwd=work, log=work / "job.log")
     native_args = ["--native-child", bootstrap, topics["in"], topics["out"],
                    str(work / "checkpoint" / "spark"), args.window, str(args.grace_ms),
-                   str(1000 if args.trigger_ms is None else args.trigger_ms)]
+                   str(DEFAULT_TRIGGER_MS if args.trigger_ms is None else args.trigger_ms)]
     return CliRun(native_args, cwd=work, log=work / "job.log", module="benchmarks.latency")
 
 
 def native(bootstrap: str, input_topic: str, output_topic: str, checkpoint: str, window: str,
-           grace_ms: int, trigger_ms: int = 1000) -> None:
+           grace_ms: int, trigger_ms: int = DEFAULT_TRIGGER_MS) -> None:
     """Spark's own update-mode windowed aggregation, Kafka in and out (a child process)."""
     from pyspark.sql import functions as F
 
@@ -247,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--shuffle-partitions", type=int,
                     help="revise run --shuffle-partitions (stateful tasks per batch)")
     ap.add_argument("--trigger-ms", type=int,
-                    help="micro-batch interval of both systems (default: revise's own, 1 s)")
+                    help="micro-batch interval of both systems (default: revise's own, "
+                         f"{DEFAULT_TRIGGER_MS} ms)")
     ap.add_argument("--native-child", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.native_child:
@@ -259,7 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="revise-latency-"))
     bootstrap = args.bootstrap_servers or broker.start(root / "broker").bootstrap_servers
-    trigger = "default" if args.trigger_ms is None else f"{args.trigger_ms}ms"
+    trigger = (f"default ({DEFAULT_TRIGGER_MS}ms)" if args.trigger_ms is None
+               else f"{args.trigger_ms}ms")
     print(f"latency: rate={args.rate:.0f}/s minutes={args.minutes} window={args.window} "
           f"grace={args.grace_ms}ms trigger={trigger} "
           f"load={os.getloadavg()[0]:.1f}", flush=True)

@@ -53,7 +53,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--rate", type=float, help="replay the input at this many records/s while "
                    "each job runs, to measure wall-clock latency")
     p.add_argument("--trigger", type=duration_type("--trigger"),
-                   help="micro-batch interval of the --rate runs (default 1s)")
+                   help="micro-batch interval of the --rate runs (default 500ms)")
     p.add_argument("--shards", type=int, default=4, help="key shards of both jobs")
     p.add_argument("--delta-path", help="Delta root (default OUTPUT/delta)")
     p.add_argument("--output", required=True, help="folder for comparison.json, windows.csv "

@@ -53,7 +53,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--query-id", required=True, help="the job's stable id")
     add_engine_options(p)
     p.add_argument("--trigger", type=duration_type("--trigger"),
-                   help="micro-batch interval (default: back-to-back with --once, else 1s)")
+                   help="micro-batch interval (default: back-to-back with --once, else 500ms)")
     p.add_argument("--max-records-per-batch", type=int, help="cap on records per micro-batch")
     p.add_argument("--once", action="store_true",
                    help="process the input available at start, close every window, stop")

@@ -42,7 +42,7 @@ How latency is measured:
   timestamp (its arrival, stamped by the producer) to the revision's ``emitted_at_ms`` (stamped
   just before the micro-batch's Kafka transaction commits). First result: from the window's
   first accepted record; final value: from its last accepted record. It includes the
-  micro-batch trigger interval (``--trigger``, 1 s by default for an unbounded run). The FINALs
+  micro-batch trigger interval (``--trigger``, 500 ms by default for an unbounded run). The FINALs
   of windows still open when the replay ends are emitted by the bounded restart, so the tail
   of the final-value distribution includes that restart. With ``--rate`` the split into
   micro-batches depends on timing, so the two modes see the same records but not necessarily

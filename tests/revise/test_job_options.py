@@ -109,3 +109,12 @@ def test_compare_takes_the_field_options_only_for_an_existing_topic(tmp_path):
     assert CompareConfig(**common, input_topic="events").default_fields
     with pytest.raises(ConfigError, match="describe an existing --input-topic"):
         CompareConfig(**common, generator=GeneratorConfig(events=10, keys=2), **nested)
+
+
+def test_trigger_defaults_to_500ms_unbounded_back_to_back_once_and_the_option_wins():
+    assert config().effective_trigger_ms == 500
+    assert config("--once").effective_trigger_ms == 0
+    assert config("--trigger", "2s").effective_trigger_ms == 2000
+    assert config("--once", "--trigger", "250ms").effective_trigger_ms == 250
+    # The default is not part of the checkpoint's fingerprint: a restart may change it.
+    assert "trigger_ms" not in config("--trigger", "2s").fingerprint()
