@@ -20,19 +20,32 @@ __all__ = ["free_port", "java", "pid_alive", "port_free", "terminate"]
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie not yet reaped counts as dead)."""
+    """Whether process ``pid`` runs (a zombie not yet reaped counts as dead).
+
+    A process is alive while any of its threads is: a JVM that is shutting down shows its
+    main thread as a zombie while its shutdown threads still run (seen on a Kafka broker right
+    after SIGTERM), so the main thread's state alone would call it dead too early.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    # A zombie (exited, not yet reaped by us) counts as dead.
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return True
+        threads = []
+    return any(_thread_state(pid, t) not in ("Z", "X") for t in threads or [str(pid)])
+
+
+def _thread_state(pid: int, tid: str) -> str:
+    """One thread's state letter from ``/proc`` (``R``, ``S``, ``Z``…); ``?`` when unreadable."""
+    stat = Path(f"/proc/{pid}/task/{tid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "X" if not Path(f"/proc/{pid}").exists() else "?"
 
 
 def port_free(port: int) -> bool:

@@ -58,3 +58,33 @@ def test_terminate_of_a_process_already_gone_returns_at_once() -> None:
     terminate(child.pid, timeout_s=10)
     assert time.monotonic() - started < 5
     assert not pid_alive(child.pid)
+
+
+# The main thread ends (pthread_exit, which never returns, so ctypes keeps the GIL released)
+# while another thread still runs: the main thread is then a zombie, as a JVM's is while its
+# shutdown threads run.
+_HEADLESS = (
+    "import ctypes, threading, time;"
+    "threading.Thread(target=time.sleep, args=(600,)).start();"
+    "ctypes.CDLL(None).pthread_exit(None)"
+)
+
+
+def _main_thread_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_process_whose_main_thread_is_a_zombie_is_alive_while_another_thread_runs() -> None:
+    child = subprocess.Popen([sys.executable, "-c", _HEADLESS])
+    try:
+        deadline = time.monotonic() + 30
+        while _main_thread_state(child.pid) != "Z":
+            assert time.monotonic() < deadline, "the main thread never ended"
+            time.sleep(0.05)
+        assert pid_alive(child.pid)  # its sleeping thread still runs
+        terminate(child.pid, timeout_s=5)  # SIGTERM's default action ends it
+        assert not pid_alive(child.pid)
+        assert child.poll() is not None  # terminate reaped our child
+    finally:
+        child.kill()
+        child.wait(30)
