@@ -35,17 +35,21 @@ def pid_alive(pid: int) -> bool:
     try:
         threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        threads = []
-    return any(_thread_state(pid, t) not in ("Z", "X") for t in threads or [str(pid)])
+        return True  # its threads cannot be read, and os.kill found it
+    return any(_thread_state(pid, t) not in ("Z", "X") for t in threads)
 
 
 def _thread_state(pid: int, tid: str) -> str:
-    """One thread's state letter from ``/proc`` (``R``, ``S``, ``Z``…); ``?`` when unreadable."""
-    stat = Path(f"/proc/{pid}/task/{tid}/stat")
+    """One thread's state letter from ``/proc`` (``R``, ``S``, ``Z``…).
+
+    ``X`` (dead) when the thread ended since it was listed, ``?`` when it cannot be read.
+    """
     try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0]
+        return Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "X"
     except OSError:
-        return "X" if not Path(f"/proc/{pid}").exists() else "?"
+        return "?"
 
 
 def port_free(port: int) -> bool:
