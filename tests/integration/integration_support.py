@@ -193,6 +193,7 @@ class Replay:
 
 def replay(setup: JobSetup, inp: Input) -> Replay:
     """Split the input as Spark's offset log says and run the batch oracle over it."""
+    assert inp.records, f"read no input back from {setup.input_topic} (deleted by retention?)"
     batches = spark_batches(setup.checkpoint, setup.input_topic)
     close = next(i for i, b in enumerate(batches) if b.control is not None)
     data_batches = batches[:close]

@@ -14,6 +14,7 @@ import math
 import random
 import subprocess
 import sys
+import time
 
 import fields_oracle
 import pytest
@@ -131,9 +132,13 @@ def test_kafka_record_timestamp_as_event_time(job_setup, spark):
                                 max_records_per_batch=100, aggs="count,p95(v),distinct(v)",
                                 ts_field="@timestamp", partitions=1)
     rnd = random.Random(5)
+    # Record timestamps near now, not BASE_MS: the broker's time retention (168 h) deletes
+    # records whose timestamps are older than that, so a fixed date read back nothing here a
+    # week after it was written.
+    base_ms = (time.time_ns() // 1_000_000_000 - 3_600) * 1_000
     producer = Producer({"bootstrap.servers": setup.bootstrap, "enable.idempotence": True})
     for i in range(300):
-        ts = BASE_MS + i * 20 - rnd.randint(0, 600)
+        ts = base_ms + i * 20 - rnd.randint(0, 600)
         value = {"key": f"k{i % 3}", "v": rnd.randint(1, 50)}
         producer.produce(setup.input_topic, json.dumps(value).encode(), timestamp=ts)
     assert producer.flush(30) == 0
