@@ -20,10 +20,12 @@ that grows, item 1: compare ``batch_s_first5`` with ``batch_s_last5`` and ``chec
 For each: records/s over the whole run (revise: from ``run_job`` to its return, set-up
 included; native: from the query's start), records/s after the first micro-batch (Spark's
 warm-up), time to the first revision, seconds spent computing and collecting the micro-batches
-(``collect_s``), in the Kafka commit and in the Delta writes, and the peak RSS of the process
-tree (driver JVM, Python driver and Python workers). Ratios are of figures measured side by
-side in the same run; ``--repeat N`` runs N rounds of all variants round-robin and reports each
-variant's median run.
+(``collect_s``), in the Kafka commit and in the Delta writes, the peak RSS of the process
+tree (driver JVM, Python driver and Python workers), and the CPU seconds each of those three
+spent (``cpu_s``; :class:`CpuUse`): on a machine whose cores the run keeps busy, throughput
+follows the CPU work, so this says which side a variant's extra time is spent on. Ratios are
+of figures measured side by side in the same run; ``--repeat N`` runs N rounds of all variants
+round-robin and reports each variant's median run.
 """
 
 from __future__ import annotations
@@ -83,6 +85,50 @@ class PeakRss:
         self._thread.join()
 
 
+class CpuUse:
+    """CPU seconds (user + system) this process tree spends inside the ``with`` block, by kind.
+
+    Kinds: ``jvm`` (the driver JVM, with the local executors), ``driver`` (this Python
+    process: the driver's side of revise, Kafka and Delta), ``workers`` (Spark's Python
+    workers under the JVM). Read from the processes alive at the block's start and end; a
+    process's reaped children count in its parent (``children_*``), so a Python worker that
+    exited counts in the Python daemon that forked it. What a process alive only between the
+    two reads spent is missed; Spark reuses its Python workers, so that is little here.
+    """
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._proc = psutil.Process()
+        self._start: dict[int, float] = {}
+        self.seconds: dict[str, float] = {}
+
+    def _read(self) -> dict[int, tuple[str, float]]:
+        import psutil
+
+        out: dict[int, tuple[str, float]] = {}
+        for p in [self._proc, *self._proc.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                name = p.name()
+            except psutil.Error:
+                continue
+            kind = ("driver" if p.pid == self._proc.pid else "jvm" if "java" in name
+                    else "workers" if "python" in name else "other")
+            out[p.pid] = (kind, t.user + t.system + t.children_user + t.children_system)
+        return out
+
+    def __enter__(self) -> CpuUse:
+        self._start = {pid: cpu for pid, (_k, cpu) in self._read().items()}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        totals: dict[str, float] = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
+        for pid, (kind, cpu) in self._read().items():
+            totals[kind] = totals.get(kind, 0.0) + cpu - self._start.get(pid, 0.0)
+        self.seconds = {k: round(v, 1) for k, v in totals.items()}
+
+
 def _one(args: argparse.Namespace) -> dict[str, Any]:
     """Run one variant in this process; returns its figures."""
     from revise.spark.session import spark_session
@@ -90,12 +136,15 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
     spark = spark_session(f"bench-{args.variant}", ui=False)
     run = uuid.uuid4().hex[:6]
     work = Path(args.work) / f"{args.variant}-{run}"
-    with PeakRss() as rss:
+    with PeakRss() as rss, CpuUse() as cpu:
         if args.variant.startswith("spark-native"):
             figures = _native(spark, args, work)
         else:
             figures = _revise(spark, args, work, run)
     figures["peak_rss_mb"] = round(rss.peak_bytes / 2**20)
+    figures["cpu_s"] = cpu.seconds
+    figures["cpu_jvm_driver_workers_s"] = "/".join(
+        str(cpu.seconds.get(k, 0.0)) for k in ("jvm", "driver", "workers"))
     return figures
 
 
@@ -232,7 +281,8 @@ def _batch_figures(progress: list[dict[str, Any]], checkpoint: Path) -> dict[str
 def _table(rows: list[dict[str, Any]]) -> str:
     cols = ["variant", "records", "seconds", "records_per_s", "records_per_s_after_first_batch",
             "first_revision_s", "batches", "revisions", "collect_s", "kafka_commit_s",
-            "delta_write_s", "batch_s_first5", "batch_s_last5", "checkpoint_mb", "peak_rss_mb"]
+            "delta_write_s", "batch_s_first5", "batch_s_last5", "checkpoint_mb", "peak_rss_mb",
+            "cpu_jvm_driver_workers_s"]
     head = "| " + " | ".join(cols) + " |"
     sep = "|" + "|".join("---" for _ in cols) + "|"
     body = ["| " + " | ".join("-" if r.get(c) is None else str(r.get(c)) for c in cols) + " |"

@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPACT_LATEST_EVERY",
+    "LATEST_FILE_BYTES",
+    "LATEST_FILE_SIZE_KEY",
     "DeltaSchemaError",
     "DeltaTables",
     "DeltaWriteError",
@@ -73,13 +75,26 @@ __all__ = [
 
 
 _APPEND_ONLY: Final = {"delta.appendOnly": "true", "delta.checkpointInterval": "20"}
+LATEST_FILE_SIZE_KEY: Final = "delta.targetFileSize"
+LATEST_FILE_BYTES: Final = 8 * 2**20
+"""Bounds the files of ``latest`` (8 MiB), which is what keeps a MERGE's cost bounded.
+
+A MERGE rewrites every file holding a row it updates (copy-on-write). delta-rs writes a
+MERGE's output in the order it read it, new windows last, so files cut at this size each hold
+a narrow range of window starts, and the MERGE's ``window_start_ms`` range skips all but the
+few recent ones. With one unbounded file (delta-rs's default is 100 MiB, far above a small
+table), each MERGE that finalised the windows of the batch before rewrote the whole table:
+an unbounded run's MERGE grew with every window it ever wrote (1.1 s at 800k rows against
+0.07–0.2 s with this bound, ``python -m benchmarks.bench_latest_merge``). :meth:`DeltaTables.ensure`
+sets it on a ``latest`` created without it and keeps a value a user set.
+"""
 _PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
     # History tables only ever grow: Delta rejects UPDATE/DELETE/MERGE on them.
     "revisions": _APPEND_ONLY,
     "late": _APPEND_ONLY,
     "dead_letter": _APPEND_ONLY,
     # Many small MERGE commits: checkpoint the log often so snapshots stay cheap to load.
-    "latest": {"delta.checkpointInterval": "10"},
+    "latest": {"delta.checkpointInterval": "10", LATEST_FILE_SIZE_KEY: str(LATEST_FILE_BYTES)},
 }
 COMPACT_LATEST_EVERY: Final = 50
 """Compact ``latest``'s small files after this many MERGEs (each MERGE adds a few files)."""
@@ -165,7 +180,9 @@ class DeltaTables:
         """Create the tables that are missing, with explicit schemas and properties.
 
         ``latest`` is created last so every other table exists at any of its commit times
-        (used by time travel in :func:`register_views`). An existing table is left as it is.
+        (used by time travel in :func:`register_views`). An existing table is left as it is,
+        except that a ``latest`` without :data:`LATEST_FILE_SIZE_KEY` (created by an earlier
+        revise) gets it, in one metadata commit: its next MERGE then splits its files.
 
         Raises:
             DeltaSchemaError: ``revisions`` exists with other aggregate columns (a job with
@@ -182,6 +199,10 @@ class DeltaTables:
                 configuration=dict(_PROPERTIES[table]),
                 storage_options=self.storage_options,
             )
+        latest = DeltaTable(self.table_path("latest"), storage_options=self.storage_options)
+        if LATEST_FILE_SIZE_KEY not in latest.metadata().configuration:
+            latest.alter.set_table_properties(
+                {LATEST_FILE_SIZE_KEY: str(LATEST_FILE_BYTES)})
         self._check_columns()
         return self
 

@@ -46,3 +46,31 @@ def test_batch_durations_split_into_batches_with_and_without_input():
     assert got["batch_parts_ms_p50"] == {
         "offsets": 10.0, "plan": 40.0, "sink": 800.0, "log": 30.0, "collect": 600.0,
         "kafka": 50.0, "delta": 150.0}
+
+
+def test_cpu_use_counts_the_block_by_process_kind():
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks.bench_job import CpuUse
+
+    def burn(seconds: float) -> None:
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+
+    burn(0.4)  # before the block: not counted
+    busy = ("import time\nend = time.process_time() + 0.5\n"
+            "while time.process_time() < end: pass\nprint('done', flush=True)\ntime.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", busy], stdout=subprocess.PIPE, text=True)
+    try:
+        with CpuUse() as cpu:  # the child started before the block, and burns inside it
+            burn(0.3)
+            assert child.stdout is not None and child.stdout.readline() == "done\n"
+    finally:
+        child.kill()  # still alive at the block's end, so read there
+        child.wait()
+    assert 0.3 <= cpu.seconds["driver"] < 0.6, cpu.seconds  # this process, the 0.4 s before not
+    assert 0.5 <= cpu.seconds["workers"] < 0.9, cpu.seconds  # a live Python child
+    assert cpu.seconds["jvm"] == 0.0

@@ -1,0 +1,108 @@
+"""``latest``'s bounded files: a MERGE copies the recent files, not the whole table (delta-rs).
+
+An unbounded run's ``latest`` grows with every window it ever wrote; each micro-batch's MERGE
+finalises windows written by the MERGE before. With one unbounded file that MERGE rewrote the
+whole table every batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from sinks.delta_tables import LATEST_FILE_SIZE_KEY, DeltaTables
+
+pytestmark = [pytest.mark.delta]
+
+KEYS = 1_000
+WINDOW_MS = 10_000
+
+
+def _revisions(starts: list[int], revision: int, final: bool, rng: np.random.Generator
+               ) -> pa.Table:
+    """One revision per key and window start; random (incompressible) aggregates."""
+    n = len(starts) * KEYS
+    given = {
+        "query_id": pa.array(["q"] * n),
+        "key": pa.array(np.tile([f"k{i:05d}" for i in range(KEYS)], len(starts))),
+        "window_start_ms": pa.array(np.repeat(np.array(starts, dtype=np.int64), KEYS)),
+        "revision": pa.array(np.full(n, revision, dtype=np.int64)),
+        "is_final": pa.array(np.full(n, final)),
+        "retracted": pa.array(np.zeros(n, dtype=bool)),
+    }
+    given["window_end_ms"] = pa.compute.add(given["window_start_ms"], WINDOW_MS)
+    cols = []
+    for f in REVISION_SCHEMA:
+        if f.name in given:
+            cols.append(given[f.name])
+        elif pa.types.is_floating(f.type):
+            cols.append(pa.array(rng.random(n)))
+        elif pa.types.is_integer(f.type):
+            cols.append(pa.array(rng.integers(0, 2**40, n)))
+        elif pa.types.is_boolean(f.type):
+            cols.append(pa.array(np.zeros(n, dtype=bool)))
+        else:
+            cols.append(pa.array(["EARLY"] * n))
+    return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(cols, REVISION_SCHEMA,
+                                                                strict=True)],
+                                schema=REVISION_SCHEMA)
+
+
+def _last_merge_copied(path: str) -> int:
+    """Rows the newest MERGE of ``latest`` copied unchanged (rewritten files' other rows)."""
+    for op in DeltaTable(path).history(5):
+        if op.get("operation") == "MERGE":
+            return int(op["operationMetrics"]["num_target_rows_copied"])
+    raise AssertionError("no MERGE in latest's recent history")
+
+
+def test_a_merge_copies_the_recent_files_not_the_whole_table(tmp_path):
+    tables = DeltaTables(str(tmp_path)).ensure()
+    rng = np.random.default_rng(1)
+    late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
+    per_batch = 5  # new windows per key and batch; the batch also finalises the 5 before
+    batches = 36
+    for b in range(batches):
+        new = [(b * per_batch + i) * WINDOW_MS for i in range(per_batch)]
+        parts = [_revisions(new, 0, False, rng)]
+        if b:
+            parts.append(_revisions([s - per_batch * WINDOW_MS for s in new], 1, True, rng))
+        tables.write_batch("q", b, pa.concat_tables(parts), late, dead)
+    path = tables.table_path("latest")
+    latest = DeltaTable(path)
+    rows = latest.to_pyarrow_dataset().count_rows()
+    assert rows == batches * per_batch * KEYS
+    assert len(latest.file_uris()) >= 3, "latest should be cut into several files"
+    # The last MERGE updated 5,000 rows of the batch before and inserted 5,000: it rewrote
+    # the file(s) holding those, not the ~175,000 rows of older, final windows.
+    assert _last_merge_copied(path) < rows // 2, (_last_merge_copied(path), rows)
+    finals = pa.compute.sum(latest.to_pyarrow_table(columns=["is_final"])["is_final"].cast(
+        pa.int64())).as_py()
+    assert finals == (batches - 1) * per_batch * KEYS
+
+
+def test_ensure_bounds_latest_files_and_keeps_a_users_value(tmp_path):
+    fresh = DeltaTables(str(tmp_path / "fresh")).ensure()
+    conf = DeltaTable(fresh.table_path("latest")).metadata().configuration
+    assert conf[LATEST_FILE_SIZE_KEY] == str(8 * 2**20)
+
+    # A latest created by an earlier revise (no bound) gets it at the next start.
+    old = DeltaTables(str(tmp_path / "old"))
+    DeltaTable.create(old.table_path("latest"), schema=old.schema("latest"),
+                      configuration={"delta.checkpointInterval": "10"})
+    old.ensure()
+    conf = DeltaTable(old.table_path("latest")).metadata().configuration
+    assert conf[LATEST_FILE_SIZE_KEY] == str(8 * 2**20)
+    assert conf["delta.checkpointInterval"] == "10"
+
+    # A value the user set is theirs.
+    DeltaTable(old.table_path("latest")).alter.set_table_properties(
+        {LATEST_FILE_SIZE_KEY: str(2**20)})
+    version = DeltaTable(old.table_path("latest")).version()
+    old.ensure()
+    again = DeltaTable(old.table_path("latest"))
+    assert again.metadata().configuration[LATEST_FILE_SIZE_KEY] == str(2**20)
+    assert again.version() == version  # nothing committed
