@@ -1,7 +1,8 @@
 """The driver's memory and time writing many micro-batches to the Delta tables.
 
 Run: ``python -m benchmarks.bench_delta_memory [--batches 700] [--rows 60]
-[--reload-every 50 1000000] [--allocator revise jemalloc] [--fresh-tables]``.
+[--reload-every 50 1000000] [--allocator revise jemalloc] [--fresh-tables]
+[--property KEY=VALUE ...]``.
 
 For each ``--reload-every`` value and each ``--allocator`` setting (side by side, each in a
 fresh process so that one's heap does not hide the other's) — ``revise``: delta-rs's jemalloc
@@ -11,8 +12,9 @@ revisions (windows of 10 batches, revisions 0–9, no late records or dead lette
 :class:`sinks.delta_tables.DeltaTables` into fresh tables, exactly as the job's committer does
 (three appends skipped as empty or written, one MERGE into ``latest``), with
 :data:`sinks.delta_tables.RELOAD_EVERY` set to the value (1000000: never re-open, delta-rs's
-``update_incremental`` only). Prints the process's resident memory every 100 batches and the
-wall time: a long-running job's driver must stay flat (issue 11's soak).
+``update_incremental`` only). Prints the process's resident memory every 100 batches, the
+wall time and the mean milliseconds per batch of the last 100: a long-running job's driver must
+stay flat (issue 11's soak).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from revise import DELTA_RS_MALLOC_CONF, MALLOC_CONF_ENV
+from revise.vocab import TABLE_NAMES
 
 __all__ = ["ALLOCATORS", "main"]
 
@@ -60,11 +63,12 @@ def revisions(batch: int, rows: int) -> pa.Table:
 
 
 def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False,
-        label: str = "") -> None:
+        label: str = "", properties: dict[str, str] | None = None) -> None:
     """Write the batches in this process and print its RSS every 100 batches.
 
     ``fresh``: the control experiment — every batch goes to new tables in a new folder (so no
-    table ever has more than a couple of commits), which the job never does.
+    table ever has more than a couple of commits), which the job never does. ``properties``:
+    Delta table properties set on the four tables before the first batch.
     """
     import psutil
 
@@ -74,9 +78,15 @@ def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False,
     delta.RELOAD_EVERY = reload_every  # type: ignore[misc]  # the knob under test
     root = tempfile.mkdtemp(prefix="revise-bench-delta-")
     tables = delta.DeltaTables(root).ensure()
+    if properties:
+        from deltalake import DeltaTable
+
+        for name in TABLE_NAMES:
+            DeltaTable(tables.table_path(name)).alter.set_table_properties(properties)
+        tables = delta.DeltaTables(root).ensure()  # re-open: a fresh snapshot
     late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
     proc, t0 = psutil.Process(), time.perf_counter()
-    first = None
+    first, last = None, t0
     for b in range(batches):
         if fresh:
             tables = delta.DeltaTables(f"{root}/{b}").ensure()
@@ -86,8 +96,9 @@ def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False,
             first = rss if first is None else first
             print(f"{label:>8} {'fresh tables' if fresh else 'reload_every=':>13}"
                   f"{'' if fresh else reload_every:>7} batch={b + 1:>5} rss_mib={rss:7.1f} "
-                  f"since_batch_100={rss - first:+6.1f} seconds={time.perf_counter() - t0:6.1f}",
-                  flush=True)
+                  f"since_batch_100={rss - first:+6.1f} seconds={time.perf_counter() - t0:6.1f} "
+                  f"ms_per_batch={(time.perf_counter() - last) * 1000 / 100:6.1f}", flush=True)
+            last = time.perf_counter()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,12 +113,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--fresh-tables", action="store_true",
                     help="also the control: each batch to new tables (the growth follows "
                          "commits to an existing table)")
+    ap.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Delta table property set on the four tables first (repeatable), "
+                         "e.g. delta.logRetentionDuration='interval 1 hours'")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--child-fresh", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-label", default="", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child is not None:
-        one(a.batches, a.rows, a.child, fresh=a.child_fresh, label=a.child_label)
+        one(a.batches, a.rows, a.child, fresh=a.child_fresh, label=a.child_label,
+            properties=dict(p.split("=", 1) for p in a.property))
         return 0
     for allocator in a.allocator:
         runs = [[str(every)] for every in a.reload_every]
@@ -117,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for run in runs:
             subprocess.run([sys.executable, "-m", "benchmarks.bench_delta_memory", "--batches",
                             str(a.batches), "--rows", str(a.rows), "--child-label", allocator,
-                            "--child", *run], check=True, env=env)
+                            *(f"--property={p}" for p in a.property), "--child", *run],
+                           check=True, env=env)
     return 0
 
 

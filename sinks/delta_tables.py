@@ -84,9 +84,10 @@ MERGE's output in the order it read it, new windows last, so files cut at this s
 a narrow range of window starts, and the MERGE's ``window_start_ms`` range skips all but the
 few recent ones. With one unbounded file (delta-rs's default is 100 MiB, far above a small
 table), each MERGE that finalised the windows of the batch before rewrote the whole table:
-an unbounded run's MERGE grew with every window it ever wrote (1.1 s at 800k rows against
-0.07–0.2 s with this bound, ``python -m benchmarks.bench_latest_merge``). :meth:`DeltaTables.ensure`
-sets it on a ``latest`` created without it and keeps a value a user set.
+an unbounded run's MERGE grew with every window it ever wrote (425 ms at 692k rows and still
+growing, against 55–134 ms with this bound: ``python -m benchmarks.bench_latest_merge``).
+:meth:`DeltaTables.ensure` sets it on a ``latest`` created without it and keeps a value a user
+set.
 """
 _PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
     # History tables only ever grow: Delta rejects UPDATE/DELETE/MERGE on them.
