@@ -1,17 +1,22 @@
-"""``latest``'s bounded files: a MERGE copies the recent files, not the whole table (delta-rs).
+"""The files of the Delta tables over an unbounded run (delta-rs).
 
-An unbounded run's ``latest`` grows with every window it ever wrote; each micro-batch's MERGE
-finalises windows written by the MERGE before. With one unbounded file that MERGE rewrote the
-whole table every batch.
+``latest``'s bounded files: a MERGE copies the recent files, not the whole table. An unbounded
+run's ``latest`` grows with every window it ever wrote; each micro-batch's MERGE finalises
+windows written by the MERGE before. With one unbounded file that MERGE rewrote the whole table
+every batch.
+
+The history tables' compaction: a file or two per micro-batch would be ~170,000 a day.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
+import sinks.delta_tables as delta_tables
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from sinks.delta_tables import LATEST_FILE_SIZE_KEY, DeltaTables
 
@@ -33,7 +38,7 @@ def _revisions(starts: list[int], revision: int, final: bool, rng: np.random.Gen
         "is_final": pa.array(np.full(n, final)),
         "retracted": pa.array(np.zeros(n, dtype=bool)),
     }
-    given["window_end_ms"] = pa.compute.add(given["window_start_ms"], WINDOW_MS)
+    given["window_end_ms"] = pc.add(given["window_start_ms"], WINDOW_MS)
     cols = []
     for f in REVISION_SCHEMA:
         if f.name in given:
@@ -79,7 +84,7 @@ def test_a_merge_copies_the_recent_files_not_the_whole_table(tmp_path):
     # The last MERGE updated 5,000 rows of the batch before and inserted 5,000: it rewrote
     # the file(s) holding those, not the ~175,000 rows of older, final windows.
     assert _last_merge_copied(path) < rows // 2, (_last_merge_copied(path), rows)
-    finals = pa.compute.sum(latest.to_pyarrow_table(columns=["is_final"])["is_final"].cast(
+    finals = pc.sum(latest.to_pyarrow_table(columns=["is_final"])["is_final"].cast(
         pa.int64())).as_py()
     assert finals == (batches - 1) * per_batch * KEYS
 
@@ -106,3 +111,32 @@ def test_ensure_bounds_latest_files_and_keeps_a_users_value(tmp_path):
     again = DeltaTable(old.table_path("latest"))
     assert again.metadata().configuration[LATEST_FILE_SIZE_KEY] == str(2**20)
     assert again.version() == version  # nothing committed
+
+
+def test_history_tables_are_compacted_in_the_background_without_changing_a_row(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(delta_tables, "COMPACT_HISTORY_EVERY", 10)
+    tables = DeltaTables(str(tmp_path)).ensure()
+    rng = np.random.default_rng(2)
+    late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
+    written = []
+    for b in range(25):
+        rev = _revisions([b * WINDOW_MS], 0, False, rng).slice(0, 50)
+        written.append(rev)
+        tables.write_batch("q", b, rev, late, dead)
+        tables.flush()  # waits for a running compaction too: each one due then runs
+    history = DeltaTable(tables.table_path("revisions"))
+    ops = [op["operation"] for op in history.history()]
+    assert ops.count("OPTIMIZE") == 2, ops  # after appends 10 and 20
+    assert len(history.file_uris()) <= 7, len(history.file_uris())  # 25 appends: 2 bins + 5
+    got = history.to_pyarrow_table().sort_by([("window_start_ms", "ascending"),
+                                              ("key", "ascending")])
+    want = pa.concat_tables(written).sort_by([("window_start_ms", "ascending"),
+                                              ("key", "ascending")])
+    assert got.equals(want.cast(got.schema))
+    # Replays are still skipped: the app transaction survives the compactions.
+    version = history.version()
+    tables.write_batch("q", 3, written[3], late, dead)
+    assert DeltaTable(tables.table_path("revisions")).version() == version
+    # Time travel still reads a version before the compactions.
+    assert DeltaTable(tables.table_path("revisions"), version=5).to_pyarrow_table().num_rows == 250
