@@ -86,7 +86,7 @@ def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False,
         tables = delta.DeltaTables(root).ensure()  # re-open: a fresh snapshot
     late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
     proc, t0 = psutil.Process(), time.perf_counter()
-    first, last = None, t0
+    first, last, last_b = None, t0, 0
     for b in range(batches):
         if fresh:
             tables = delta.DeltaTables(f"{root}/{b}").ensure()
@@ -97,8 +97,9 @@ def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False,
             print(f"{label:>8} {'fresh tables' if fresh else 'reload_every=':>13}"
                   f"{'' if fresh else reload_every:>7} batch={b + 1:>5} rss_mib={rss:7.1f} "
                   f"since_batch_100={rss - first:+6.1f} seconds={time.perf_counter() - t0:6.1f} "
-                  f"ms_per_batch={(time.perf_counter() - last) * 1000 / 100:6.1f}", flush=True)
-            last = time.perf_counter()
+                  f"ms_per_batch={(time.perf_counter() - last) * 1000 / (b + 1 - last_b):6.1f}",
+                  flush=True)
+            last, last_b = time.perf_counter(), b + 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
