@@ -10,7 +10,7 @@ is the MERGE's own seconds (``WriteTimings.latest``) and the rows it copied unch
 side by side on the same revisions:
 
 - ``bounded``: as revise creates it, ``delta.targetFileSize`` 8 MiB
-  (``sinks.delta_tables.LATEST_FILE_SIZE_KEY``);
+  (``sinks.delta_layout.LATEST_FILE_SIZE_KEY``);
 - ``unbounded``: 100 MiB, delta-rs's default, which is what ``latest`` had before.
 """
 
@@ -38,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from revise.config import EngineConfig, WindowSpec
     from revise.engine import Engine, InputBatch
     from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA
-    from sinks.delta_tables import LATEST_FILE_SIZE_KEY, DeltaTables
+    from sinks.delta_layout import LATEST_FILE_SIZE_KEY
+    from sinks.delta_tables import DeltaTables
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_latest_merge",
                                 description=__doc__.splitlines()[0])

@@ -10,6 +10,8 @@ Both are written by the job's driver from one micro-batch held as Arrow tables, 
 - :mod:`sinks.delta_tables` — the tables ``revisions``, ``latest``, ``late``, ``dead_letter``
   written by delta-rs, each write tagged with the app transaction (query, batch) so a replay
   changes nothing. (Reading them with Spark is the query side's: :mod:`revise.query.views`.)
+- :mod:`sinks.delta_layout` — what keeps those tables' files from growing with an unbounded
+  run: ``latest``'s bounded files and the history tables' background compaction.
 
 Each module's docstring states its guarantee and how it holds. ``sinks`` writes revise's
 outputs (the changelog, the late and dead-letter topics, the Delta tables) and creates their

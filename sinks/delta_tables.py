@@ -43,11 +43,9 @@ skipped (app version 5 ≤ 5); a stray rev 0 → ignored (0 < 1).
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -58,19 +56,19 @@ import pyarrow.compute as pc
 from revise.errors import ReviseError
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.vocab import LATEST_KEY, TABLE_NAMES
+from sinks.delta_layout import (
+    LATEST_FILE_BYTES,
+    LATEST_FILE_SIZE_KEY,
+    HistoryCompactor,
+    bound_latest_files,
+)
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable as RustDeltaTable
     from deltalake.transaction import CommitProperties
 
-log = logging.getLogger("revise.delta")
-
 __all__ = [
-    "COMPACT_HISTORY_EVERY",
     "COMPACT_LATEST_EVERY",
-    "HISTORY_FILE_BYTES",
-    "LATEST_FILE_BYTES",
-    "LATEST_FILE_SIZE_KEY",
     "DeltaSchemaError",
     "DeltaTables",
     "DeltaWriteError",
@@ -81,20 +79,6 @@ __all__ = [
 
 
 _APPEND_ONLY: Final = {"delta.appendOnly": "true", "delta.checkpointInterval": "20"}
-LATEST_FILE_SIZE_KEY: Final = "delta.targetFileSize"
-LATEST_FILE_BYTES: Final = 8 * 2**20
-"""Bounds the files of ``latest`` (8 MiB), which is what keeps a MERGE's cost bounded.
-
-A MERGE rewrites every file holding a row it updates (copy-on-write). delta-rs writes a
-MERGE's output in the order it read it, new windows last, so files cut at this size each hold
-a narrow range of window starts, and the MERGE's ``window_start_ms`` range skips all but the
-few recent ones. With one unbounded file (delta-rs's default is 100 MiB, far above a small
-table), each MERGE that finalised the windows of the batch before rewrote the whole table:
-an unbounded run's MERGE grew with every window it ever wrote (425 ms at 692k rows and still
-growing, against 55–134 ms with this bound: ``python -m benchmarks.bench_latest_merge``).
-:meth:`DeltaTables.ensure` sets it on a ``latest`` created without it and keeps a value a user
-set.
-"""
 _PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
     # History tables only ever grow: Delta rejects UPDATE/DELETE/MERGE on them.
     "revisions": _APPEND_ONLY,
@@ -105,19 +89,6 @@ _PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
 }
 COMPACT_LATEST_EVERY: Final = 50
 """Compact ``latest``'s small files after this many MERGEs (each MERGE adds a few files)."""
-COMPACT_HISTORY_EVERY: Final = 100
-"""Compact a history table (``revisions``, ``late``, ``dead_letter``) after this many appends.
-
-Each micro-batch appends a file or two: an unbounded run on the 500 ms trigger adds ~170,000
-small files a day to ``revisions``, and every query of ``revision_history`` opens them all. A
-compaction (delta-rs ``optimize.compact``, ``dataChange=false``: no row changes, time travel
-and app transaction versions kept) bins them into files of up to :data:`HISTORY_FILE_BYTES`.
-It runs in a background thread on its own snapshot, so no micro-batch waits for it; a failed
-one is logged and retried at the next turn (it only ever concerns the files' layout).
-"""
-HISTORY_FILE_BYTES: Final = 8 * 2**20
-"""Target size of a compacted history file: a file below it is compacted again (with the
-small files after it) at the next turn, so this bounds what a compaction rewrites."""
 RELOAD_EVERY: Final = 50
 """Re-open a table from its log after this many incremental updates of the cached one.
 
@@ -191,10 +162,7 @@ class DeltaTables:
         self._merges = 0
         self._latest_pool: ThreadPoolExecutor | None = None
         self._latest_pending: tuple[int, Future[float]] | None = None
-        self._appends: dict[str, int] = {}
-        self._compact_lock = threading.Lock()
-        self._compact_pool: ThreadPoolExecutor | None = None
-        self._compacting: Future[None] | None = None
+        self._history = HistoryCompactor(self.table_path, self.storage_options)
 
     def table_path(self, table: str) -> str:
         """``<path>/<table>``."""
@@ -205,8 +173,8 @@ class DeltaTables:
 
         ``latest`` is created last so every other table exists at any of its commit times
         (used by time travel in :func:`register_views`). An existing table is left as it is,
-        except that a ``latest`` without :data:`LATEST_FILE_SIZE_KEY` (created by an earlier
-        revise) gets it, in one metadata commit: its next MERGE then splits its files.
+        except that a ``latest`` without its file bound (created by an earlier revise) gets it
+        (:func:`~sinks.delta_layout.bound_latest_files`).
 
         Raises:
             DeltaSchemaError: ``revisions`` exists with other aggregate columns (a job with
@@ -223,10 +191,7 @@ class DeltaTables:
                 configuration=dict(_PROPERTIES[table]),
                 storage_options=self.storage_options,
             )
-        latest = DeltaTable(self.table_path("latest"), storage_options=self.storage_options)
-        if LATEST_FILE_SIZE_KEY not in latest.metadata().configuration:
-            latest.alter.set_table_properties(
-                {LATEST_FILE_SIZE_KEY: str(LATEST_FILE_BYTES)})
+        bound_latest_files(self.table_path("latest"), self.storage_options)
         self._check_columns()
         return self
 
@@ -335,17 +300,14 @@ class DeltaTables:
     def flush(self, *, raise_error: bool = True) -> float:
         """Wait for a deferred ``latest`` MERGE; the seconds it took (0.0: none pending).
 
-        Also waits for a running history compaction (:data:`COMPACT_HISTORY_EVERY`), whose
-        failure is never raised.
+        Also waits for a running history compaction
+        (:class:`~sinks.delta_layout.HistoryCompactor`), whose failure is never raised.
 
         Raises:
             DeltaWriteError: it failed (:meth:`catch_up_latest` redoes it), unless
                 ``raise_error`` is false (then 0.0).
         """
-        with self._compact_lock:
-            compacting = self._compacting
-        if compacting is not None:
-            wait([compacting])
+        self._history.wait()
         return self._await_latest(raise_error=raise_error)
 
     def catch_up_latest(self, query_id: str) -> int:
@@ -473,33 +435,8 @@ class DeltaTables:
 
         took = self._idempotent(table, app_id, batch_id, write)
         if took:
-            self._count_append(table)
+            self._history.appended(table)
         return took
-
-    def _count_append(self, table: str) -> None:
-        """Count an append; compact ``table`` in the background when one is due.
-
-        Due every :data:`COMPACT_HISTORY_EVERY` appends to the table, unless a compaction is
-        still running (the table's next turn then does it).
-        """
-        with self._compact_lock:
-            n = self._appends[table] = self._appends.get(table, 0) + 1
-            if n % COMPACT_HISTORY_EVERY or (self._compacting and not self._compacting.done()):
-                return
-            if self._compact_pool is None:
-                self._compact_pool = ThreadPoolExecutor(1, thread_name_prefix="revise-compact")
-            self._compacting = self._compact_pool.submit(self._compact, table)
-
-    def _compact(self, table: str) -> None:
-        from deltalake import DeltaTable
-
-        try:
-            # Its own snapshot: the writer's cached one is used by the next batch's append.
-            target = DeltaTable(self.table_path(table), storage_options=self.storage_options)
-            target.optimize.compact(target_size=HISTORY_FILE_BYTES)
-        except Exception as e:  # the layout only: the next turn retries
-            log.warning("compacting Delta table %s failed (%s: %s); retried later",
-                        self.table_path(table), type(e).__name__, e)
 
     def _merge_latest(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:
         if revisions.num_rows == 0:

@@ -16,9 +16,10 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-import sinks.delta_tables as delta_tables
+import sinks.delta_layout as delta_layout
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
-from sinks.delta_tables import LATEST_FILE_SIZE_KEY, DeltaTables
+from sinks.delta_layout import LATEST_FILE_SIZE_KEY
+from sinks.delta_tables import DeltaTables
 
 pytestmark = [pytest.mark.delta]
 
@@ -115,7 +116,7 @@ def test_ensure_bounds_latest_files_and_keeps_a_users_value(tmp_path):
 
 def test_history_tables_are_compacted_in_the_background_without_changing_a_row(
         tmp_path, monkeypatch):
-    monkeypatch.setattr(delta_tables, "COMPACT_HISTORY_EVERY", 10)
+    monkeypatch.setattr(delta_layout, "COMPACT_HISTORY_EVERY", 10)
     tables = DeltaTables(str(tmp_path)).ensure()
     rng = np.random.default_rng(2)
     late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()

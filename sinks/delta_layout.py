@@ -1,0 +1,122 @@
+"""The files of the Delta tables over an unbounded run: bounded ``latest`` files, compacted history.
+
+:class:`sinks.delta_tables.DeltaTables` writes a micro-batch; this module keeps what those
+writes leave behind from growing with the run:
+
+- ``latest`` is rewritten by a MERGE every micro-batch, and a MERGE rewrites each file holding
+  a row it updates. :func:`bound_latest_files` sets :data:`LATEST_FILE_SIZE_KEY` so that its
+  files stay small and each holds a narrow range of window starts.
+- The history tables (``revisions``, ``late``, ``dead_letter``) gain a file or two per
+  micro-batch; :class:`HistoryCompactor` compacts each of them every
+  :data:`COMPACT_HISTORY_EVERY` appends, in a background thread.
+
+Neither changes a row: time travel and the app transaction versions that make replays no-ops
+are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Final
+
+__all__ = [
+    "COMPACT_HISTORY_EVERY",
+    "HISTORY_FILE_BYTES",
+    "LATEST_FILE_BYTES",
+    "LATEST_FILE_SIZE_KEY",
+    "HistoryCompactor",
+    "bound_latest_files",
+]
+
+log = logging.getLogger("revise.delta")
+
+LATEST_FILE_SIZE_KEY: Final = "delta.targetFileSize"
+LATEST_FILE_BYTES: Final = 8 * 2**20
+"""Bounds the files of ``latest`` (8 MiB), which is what keeps a MERGE's cost bounded.
+
+A MERGE rewrites every file holding a row it updates (copy-on-write). delta-rs writes a
+MERGE's output in the order it read it, new windows last, so files cut at this size each hold
+a narrow range of window starts, and the MERGE's ``window_start_ms`` range skips all but the
+few recent ones. With one unbounded file (delta-rs's default is 100 MiB, far above a small
+table), each MERGE that finalised the windows of the batch before rewrote the whole table:
+an unbounded run's MERGE grew with every window it ever wrote (425 ms at 692k rows and still
+growing, against 55–134 ms with this bound: ``python -m benchmarks.bench_latest_merge``).
+"""
+COMPACT_HISTORY_EVERY: Final = 100
+"""Compact a history table (``revisions``, ``late``, ``dead_letter``) after this many appends.
+
+Each micro-batch appends a file or two: an unbounded run on the 500 ms trigger adds ~170,000
+small files a day to ``revisions``, and every query of ``revision_history`` opens them all. A
+compaction (delta-rs ``optimize.compact``, ``dataChange=false``: no row changes, time travel
+and app transaction versions kept) bins them into files of up to :data:`HISTORY_FILE_BYTES`.
+"""
+HISTORY_FILE_BYTES: Final = 8 * 2**20
+"""Target size of a compacted history file: a file below it is compacted again (with the
+small files after it) at the next turn, so this bounds what a compaction rewrites."""
+
+
+def bound_latest_files(path: str, storage_options: dict[str, str] | None) -> None:
+    """Give the ``latest`` table at ``path`` :data:`LATEST_FILE_SIZE_KEY` unless it has one.
+
+    For a ``latest`` created by an earlier revise, in one metadata commit (its next MERGE then
+    splits its files); a value a user set is kept.
+    """
+    from deltalake import DeltaTable
+
+    latest = DeltaTable(path, storage_options=storage_options)
+    if LATEST_FILE_SIZE_KEY not in latest.metadata().configuration:
+        latest.alter.set_table_properties({LATEST_FILE_SIZE_KEY: str(LATEST_FILE_BYTES)})
+
+
+class HistoryCompactor:
+    """Compacts a history table every :data:`COMPACT_HISTORY_EVERY` appends, in the background.
+
+    One compaction runs at a time, in its own thread and on its own snapshot, so no micro-batch
+    waits for it; one that falls due while another runs is left to the table's next turn. A
+    failed one is logged and retried at the next turn (it only ever concerns the files' layout).
+
+    Args:
+        table_path: A table's name → its path.
+        storage_options: delta-rs storage options, as the writer's.
+    """
+
+    def __init__(self, table_path: Callable[[str], str],
+                 storage_options: dict[str, str] | None) -> None:
+        self._table_path = table_path
+        self._storage_options = storage_options
+        self._appends: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._running: Future[None] | None = None
+
+    def appended(self, table: str) -> None:
+        """Count one committed append to ``table``; start its compaction when one is due."""
+        with self._lock:
+            n = self._appends[table] = self._appends.get(table, 0) + 1
+            if n % COMPACT_HISTORY_EVERY or (self._running and not self._running.done()):
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="revise-compact")
+            self._running = self._pool.submit(self._compact, table)
+
+    def wait(self) -> None:
+        """Wait for a running compaction (its failure is never raised)."""
+        with self._lock:
+            running = self._running
+        if running is not None:
+            wait([running])
+
+    def _compact(self, table: str) -> None:
+        from deltalake import DeltaTable
+
+        path = self._table_path(table)
+        try:
+            # Its own snapshot: the writer's cached one is used by the next batch's append.
+            target = DeltaTable(path, storage_options=self._storage_options)
+            target.optimize.compact(target_size=HISTORY_FILE_BYTES)
+        except Exception as e:  # the layout only: the next turn retries
+            log.warning("compacting Delta table %s failed (%s: %s); retried later",
+                        path, type(e).__name__, e)
