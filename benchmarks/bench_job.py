@@ -310,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="rounds of all variants (round-robin, rotating the order); the table "
                         "shows each variant's median run")
     p.add_argument("--json", help="also write every run's figures to this JSON file")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="a source tree of another revise commit (e.g. a git worktree): a "
+                        "variant named VARIANT@base runs VARIANT with DIR first on PYTHONPATH "
+                        "(driver and Python workers), beside the others on the same input")
     args = p.parse_args(argv)
     from revise.config import WindowSpec, parse_duration
 
@@ -325,17 +329,42 @@ def _child(
     args: argparse.Namespace, variant: str, topic: str, work: Path, bootstrap: str
 ) -> dict[str, Any] | None:
     """Run one variant in a fresh process; its figures, or None (reported) if it failed."""
+    env = {**os.environ, "REVISE_SPARK_LOG_LEVEL": "ERROR"}
+    name = variant
+    if variant.endswith(BASELINE_SUFFIX):
+        if not args.baseline:
+            print(f"{variant} needs --baseline DIR", file=sys.stderr)
+            return None
+        variant = variant.removesuffix(BASELINE_SUFFIX)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(args.baseline).resolve()), *filter(None, [env.get("PYTHONPATH")])])
     cmd = [sys.executable, "-m", "benchmarks.bench_job", "--variant", variant, "--topic", topic,
            "--work", str(work), "--bootstrap", bootstrap, "--batch", str(args.batch),
            "--shards", str(args.shards), "--window", args.window, "--grace", args.grace]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                          env={**os.environ, "REVISE_SPARK_LOG_LEVEL": "ERROR"})
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:
-        print(f"{variant} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
+        print(f"{name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
               file=sys.stderr)
         return None
-    return json.loads(line[6:])  # type: ignore[no-any-return]
+    row: dict[str, Any] = json.loads(line[6:])
+    row["variant"] = name
+    return row
+
+
+BASELINE_SUFFIX = "@base"
+
+
+def _pairs(variants: list[str]) -> list[tuple[str, str]]:
+    """The (ours, peer) pairs whose throughput ratio is printed.
+
+    Revise against Spark native, and a variant against its ``@base`` run.
+    """
+    pairs: list[tuple[str, str]] = [(ours, peer) for peer in ("spark-native", "spark-native-kafka")
+             for ours in ("revision-eos", "watermark-eos")
+             if ours in variants and peer in variants]
+    pairs += [(v, v + BASELINE_SUFFIX) for v in variants if v + BASELINE_SUFFIX in variants]
+    return pairs
 
 
 def _median_run(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -375,23 +404,19 @@ def _parent(args: argparse.Namespace) -> int:
                     return 1
                 runs.setdefault(variant, []).append(row)
                 print(f"round {round_} {variant}: {row}", flush=True)
-            for peer in ("spark-native", "spark-native-kafka"):
-                for ours in ("revision-eos", "watermark-eos"):
-                    if ours in variants and peer in variants:
-                        a, b = runs[ours][-1], runs[peer][-1]
-                        print(f"round {round_}: {ours} / {peer} throughput "
-                              f"{a['records_per_s'] / b['records_per_s']:.2f}", flush=True)
+            for ours, peer in _pairs(variants):
+                a, b = runs[ours][-1], runs[peer][-1]
+                print(f"round {round_}: {ours} / {peer} throughput "
+                      f"{a['records_per_s'] / b['records_per_s']:.2f}", flush=True)
         rows = [_median_run(runs[v]) for v in variants]
         print()
         print(_table(rows))
         by = {r["variant"]: r for r in rows}
         note = f" (median of {args.repeat} rounds)" if args.repeat > 1 else ""
         print()
-        for peer in ("spark-native", "spark-native-kafka"):
-            for ours in ("revision-eos", "watermark-eos"):
-                if ours in by and peer in by:
-                    ratio = by[ours]["records_per_s"] / by[peer]["records_per_s"]
-                    print(f"{ours} / {peer} throughput{note}: {ratio:.2f}")
+        for ours, peer in _pairs(variants):
+            ratio = by[ours]["records_per_s"] / by[peer]["records_per_s"]
+            print(f"{ours} / {peer} throughput{note}: {ratio:.2f}")
         if "revision-eos" in by and "revision-plain" in by:
             cost = 1 - by["revision-eos"]["records_per_s"] / by["revision-plain"]["records_per_s"]
             print(f"exactly-once cost vs plain producer{note}: {cost:+.1%} of throughput")

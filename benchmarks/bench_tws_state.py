@@ -13,7 +13,7 @@ it touches. This measures the price of that in the Python API, on one shard (one
 - ``snapshot``: revise today, for the same shard: ``Engine.build`` from the shard's snapshot,
   ``process`` of the batch, ``snapshot()``, per record.
 
-Both in this process, side by side; ``tws`` needs the ``protobuf`` package (``bench`` extra).
+Both in this process, side by side; ``tws`` needs the ``protobuf`` package (a dependency of revise).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import google.protobuf  # noqa: F401  (transformWithStateInPandas' state client)
     except ImportError:
-        print("needs protobuf: pip install -e '.[bench]'", file=sys.stderr)
+        print("needs protobuf: pip install -e .", file=sys.stderr)
         return 2
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     snap_us = snapshot_cost(args.windows, args.rows, args.batches)

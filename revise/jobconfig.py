@@ -18,10 +18,18 @@ from revise.inputspec import KAFKA_TIMESTAMP, InputSpec, parse_key_fields
 from revise.kafka_config import KafkaSettings
 from revise.records import revision_schema
 
-__all__ = ["DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "JobConfig"]
+__all__ = [
+    "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "STATE_LAYOUT", "STATE_LAYOUT_KEY", "JobConfig",
+]
 
 DEFAULT_SHARDS = 8
 """Keys are hashed into this many shards; one Python call per shard per micro-batch."""
+
+STATE_LAYOUT_KEY = "state_layout"
+STATE_LAYOUT = "base + log per shard (transformWithStateInPandas), v1"
+"""How the stateful operator stores a shard (``revise.spark.shard_state``); recorded in the
+checkpoint's ``revise-job.json``. A checkpoint without it was written by the
+``applyInPandasWithState`` operator (one snapshot per shard), which this one cannot read."""
 
 DEFAULT_TRIGGER_MS = 500
 """Micro-batch interval of an unbounded run when ``--trigger`` is not given.
@@ -187,8 +195,9 @@ class JobConfig:
     def fingerprint(self) -> dict[str, object]:
         """What a checkpoint is tied to: changing any of these needs a new checkpoint.
 
-        Today's options give today's keys and values, so existing checkpoints still restart;
-        the ``FN(FIELD)`` form records the whole ``--aggs`` text and a non-default
+        :data:`STATE_LAYOUT_KEY` names how the operator stores its state: a checkpoint of
+        another layout cannot restart (``revise.spark.driver`` says so). The
+        ``FN(FIELD)`` form records the whole ``--aggs`` text and a non-default
         ``--ts-format`` is recorded under its own key.
         """
         e = self.engine
@@ -206,4 +215,5 @@ class JobConfig:
         }
         if self.ts_format != "epoch_ms":
             out["ts_format"] = self.ts_format
+        out[STATE_LAYOUT_KEY] = STATE_LAYOUT
         return out

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from revise.errors import ConfigError
-from revise.jobconfig import JobConfig
+from revise.jobconfig import STATE_LAYOUT_KEY, JobConfig
 from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
 from revise.spark.failures import (
     JobError,
@@ -74,6 +74,15 @@ def _check_checkpoint(cfg: JobConfig) -> None:
     want = cfg.fingerprint()
     if meta.is_file():
         have = json.loads(meta.read_text())
+        if have.get(STATE_LAYOUT_KEY) != want[STATE_LAYOUT_KEY]:
+            msg = (
+                f"--checkpoint {cfg.checkpoint} holds state in the layout of an earlier revise "
+                f"({have.get(STATE_LAYOUT_KEY) or 'one snapshot per shard'}; this revise keeps "
+                f"{want[STATE_LAYOUT_KEY]}) and cannot restart from it: start a new --checkpoint "
+                "(and --query-id): a new checkpoint reads the input topic from its earliest "
+                "offset and rebuilds the windows"
+            )
+            raise ConfigError(msg)
         diff = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
         if diff:
             lines = ", ".join(

@@ -1,22 +1,24 @@
 """The stateful operator: the revision engine inside Spark, and its Arrow output codec.
 
-Spark calls :func:`make_state_fn`'s function once per shard and micro-batch in which the shard
-has rows or the watermark reached its next closing window (an event-time timeout set to it),
-never for an idle shard with nothing due, whose stored state it then neither reads nor
-rewrites. It restores the shard's :class:`~revise.engine.Engine` from the
-snapshot in Spark's state store, applies the batch against Spark's global watermark, and
-returns its revisions, too-late records and dead letters as a few rows holding Arrow IPC
-streams (``kind``, ``rows``, ``payload``): Spark moves a few large binary values instead of
-converting every revision row pandas → Arrow → Spark rows → Arrow on the way to the driver,
-which collects them anyway (Kafka and Delta are written from there). On the driver
-:func:`decode_output` turns the collected rows back into one typed :class:`BatchTables`.
+Spark calls :class:`ShardProcessor` (``transformWithStateInPandas``, event-time timers) once
+per shard and micro-batch in which the shard has rows or the watermark reached its next closing
+window (a timer set to it), never for an idle shard with nothing due, whose stored state it
+then neither reads nor rewrites. It gets the shard's :class:`~revise.engine.Engine` (the Python
+worker's cached one when it matches the stored state; else rebuilt from the base snapshot and
+the log of steps in Spark's state store, ``revise.spark.shard_state``), applies the batch
+against Spark's global watermark, stores the step, and returns its revisions, too-late records
+and dead letters as a few rows holding Arrow IPC streams (``kind``, ``rows``, ``payload``):
+Spark moves a few large binary values instead of converting every revision row pandas → Arrow →
+Spark rows → Arrow on the way to the driver, which collects them anyway (Kafka and Delta are
+written from there). On the driver :func:`decode_output` turns the collected rows back into one
+typed :class:`BatchTables`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -26,21 +28,36 @@ import pyarrow as pa
 from revise.config import EngineConfig
 from revise.engine import Engine, InputBatch
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA, revision_schema
+from revise.spark.shard_state import (
+    BASE_DDL,
+    LOG_DDL,
+    META_DDL,
+    EngineCache,
+    Meta,
+    Step,
+    apply_step,
+    base_chunks,
+    new_nonce,
+    replay,
+    should_rebase,
+    skip_applied,
+)
 
-if TYPE_CHECKING:
-    from pyspark.sql.streaming.state import GroupState
+try:  # the workers and the driver have pyspark; the engine's own tests need not
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _StatefulProcessor
+except ImportError:  # pragma: no cover - pyspark is a dependency
+    _StatefulProcessor = object  # type: ignore[assignment,misc]
 
 __all__ = [
     "KIND_SCHEMAS",
     "LEGACY_COLUMNS",
     "InputColumns",
     "OUTPUT_DDL",
-    "STATE_DDL",
     "BatchTables",
+    "ShardProcessor",
     "decode_output",
     "encode_output",
     "kind_schemas",
-    "make_state_fn",
 ]
 
 KIND_SCHEMAS: Final[dict[str, pa.Schema]] = {
@@ -58,7 +75,6 @@ def kind_schemas(revision_schema: pa.Schema = REVISION_SCHEMA) -> dict[str, pa.S
 
 
 OUTPUT_DDL: Final = "kind STRING, rows BIGINT, payload BINARY"
-STATE_DDL: Final = "snapshot BINARY"
 CHUNK_ROWS = 250_000
 """Rows per IPC chunk (~120 MB of revisions at most): far below Spark's 2 GB value limit."""
 
@@ -117,56 +133,130 @@ class BatchTables:
         return not (self.revisions.num_rows or self.late.num_rows or self.dead.num_rows)
 
 
-def make_state_fn(
-    engine_cfg: EngineConfig, topic: str, fields: InputColumns = LEGACY_COLUMNS,
-) -> Callable[[Any, Iterator[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]:
-    """The per-shard function Spark calls for a shard with rows or with a window due to close.
+class ShardProcessor(_StatefulProcessor):
+    """The ``transformWithStateInPandas`` processor: one shard's engine per grouping key.
 
-    ``fields`` names the aggregated input columns (``revise.spark.stream.input_columns``).
-    It restores the shard's engine from its snapshot, applies the batch's records against the
-    watermark Spark gives (the same for every shard), handles a close-all command, emits the
-    revisions, too-late records and dead letters (:func:`encode_output`), and stores the new
-    snapshot with an event-time timeout at the watermark that closes its next window
-    (:attr:`~revise.engine.Engine.next_close_ms`) — or drops the state when no window is open.
+    Spark calls :meth:`handleInputRows` for a shard with rows in the micro-batch and
+    :meth:`handleExpiredTimer` when the watermark reached the shard's timer (its next
+    window's close, :attr:`~revise.engine.Engine.next_close_ms`); never for an idle shard with
+    nothing due. Either call gets the shard's engine (:meth:`_engine`: the worker's cached one
+    when it matches the stored state, else rebuilt from the stored base and log), applies the
+    call's :class:`~revise.spark.shard_state.Step` against Spark's global watermark, stores
+    the step (or a new base, :func:`~revise.spark.shard_state.should_rebase`), moves the
+    timer, and returns the revisions, too-late records and dead letters (:func:`encode_output`).
+
+    Args:
+        engine_cfg: The engine's configuration.
+        topic: The input topic (the late records' and dead letters' ``topic``).
+        fields: The aggregated input columns (``revise.spark.stream.input_columns``).
+        token: Names the job's state in the workers' engine cache (its checkpoint).
     """
-    schema = revision_schema(engine_cfg.aggregates)
 
-    def fn(key: Any, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
-        from pyspark import TaskContext
+    def __init__(self, engine_cfg: EngineConfig, topic: str,
+                 fields: InputColumns = LEGACY_COLUMNS, token: str = "") -> None:
+        self._cfg = engine_cfg
+        self._topic = topic
+        self._fields = fields
+        self._token = token
+        self._schema = revision_schema(engine_cfg.aggregates)
 
-        ctx = TaskContext.get()
-        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or 0) if ctx else 0
-        watermark_ms = max(0, int(state.getCurrentWatermarkMs()))
-        now_ms = int(state.getCurrentProcessingTimeMs())
-        engine = Engine.build(engine_cfg, state.get[0] if state.exists else None)
-        batch, dead, close_all = _split_input([p for p in pdfs if len(p)], topic, batch_id,
-                                              fields)
-        out = engine.process(batch, watermark_ms=watermark_ms, batch_id=batch_id, now_ms=now_ms)
-        revisions = [out.revisions.to_arrow()]
-        if close_all:
-            last = watermark_ms
-            if out.max_accepted_ts_ms is not None:
-                last = max(last, out.max_accepted_ts_ms - engine_cfg.watermark_delay_ms)
-            closed = engine.close_all(watermark_ms=last, batch_id=batch_id, now_ms=now_ms)
-            revisions.append(closed.revisions.to_arrow())
-        due = engine.next_close_ms
-        if due is not None:
-            state.update((engine.snapshot(),))
-            # Called again when the watermark passes due - 1, i.e. reaches due (Spark times a
-            # group out when its timestamp < the watermark), or when rows come.
-            state.setTimeoutTimestamp(max(1, due - 1))
-        elif engine.sealed:
-            # Nothing open, but closed-by-close-all windows must stay closed: keep the
-            # (tiny) snapshot that remembers it, without a timeout.
-            state.update((engine.snapshot(),))
-        elif state.exists:
-            state.remove()
-        chunks = encode_output(revisions=revisions, late=[out.late.to_arrow()], dead=dead,
-                               revision_schema=schema)
+    def init(self, handle: Any) -> None:
+        """Spark's hook: declare the shard's state variables."""
+        self._handle = handle
+        self._meta = handle.getValueState("meta", META_DDL)
+        self._base = handle.getListState("base", BASE_DDL)
+        self._log = handle.getListState("log", LOG_DDL)
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],  # noqa: N802 - Spark's
+                        timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N803
+        """Spark's hook: the shard's rows of this micro-batch."""
+        chunks = self._call(int(key[0]), [p for p in rows if len(p)], timerValues)
         if chunks is not None:
             yield chunks
 
-    return fn
+    def handleExpiredTimer(self, key: Any, timerValues: Any,  # noqa: N802, N803 - Spark's
+                           expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:  # noqa: N803
+        """Spark's hook: the watermark reached the shard's next close."""
+        chunks = self._call(int(key[0]), [], timerValues)
+        if chunks is not None:
+            yield chunks
+
+    def close(self) -> None:
+        """Spark's hook: nothing to release."""
+
+    def _call(self, shard: int, frames: list[pd.DataFrame],
+              timer_values: Any) -> pd.DataFrame | None:
+        batch_id = _batch_id()
+        watermark_ms = max(0, int(timer_values.getCurrentWatermarkInMs()))
+        now_ms = int(timer_values.getCurrentProcessingTimeInMs())
+        batch, dead, close_all = _split_input(frames, self._topic, batch_id, self._fields)
+        meta = Meta.of(self._meta.get())
+        engine = self._engine(shard, meta)
+        step = Step(batch_id, watermark_ms, now_ms, close_all, batch)
+        revisions, late = apply_step(engine, step)
+        self._store(shard, meta, engine, step)
+        return encode_output(revisions=[r.to_arrow() for r in revisions],
+                             late=[late.to_arrow()], dead=dead, revision_schema=self._schema)
+
+    def _engine(self, shard: int, meta: Meta | None) -> Engine:
+        """The shard's engine as stored: cached and caught up, or rebuilt."""
+        cached = _CACHE.take(self._token, shard)
+        if meta is None:
+            return Engine(self._cfg)
+        if cached is not None:
+            stamp, engine = cached
+            if stamp == meta.stamp:  # the common case: nothing to read
+                return engine
+            if stamp.base_id == meta.base_id and stamp.applied < meta.log_entries:
+                # Another worker ran the shard since: replay the steps it stored.
+                rest = skip_applied(self._log_entries(), stamp)
+                if rest is not None:
+                    return replay(engine, rest)[0]
+        engine = Engine.build(self._cfg, b"".join(bytes(c[0]) for c in self._base.get()))
+        return replay(engine, self._log_entries())[0]
+
+    def _log_entries(self) -> Iterator[tuple[str, bytes]]:
+        return ((str(r[0]), bytes(r[1])) for r in self._log.get())
+
+    def _store(self, shard: int, meta: Meta | None, engine: Engine, step: Step) -> None:
+        """Store the shard after ``step``: drop it, append the step, or write a new base."""
+        due = engine.next_close_ms
+        timer = -1 if due is None else due  # a timer at T fires once the watermark >= T
+        old_timer = -1 if meta is None else meta.timer_ms
+        if old_timer != timer:
+            if old_timer >= 0:
+                self._handle.deleteTimer(old_timer)
+            if timer >= 0:
+                self._handle.registerTimer(timer)
+        if due is None and not engine.sealed:
+            # Nothing open and nothing to remember: no state at all.
+            for var in (self._meta, self._base, self._log):
+                var.clear()
+            return
+        records = (0 if meta is None else meta.log_records) + len(step.batch)
+        entries = (0 if meta is None else meta.log_entries) + 1
+        if meta is None or should_rebase(records, entries, engine.open_windows):
+            new = Meta(new_nonce(), 0, 0, "", timer)
+            self._base.put(base_chunks(engine.snapshot()))
+            self._log.clear()
+        else:
+            nonce = new_nonce()
+            self._log.appendValue((nonce, step.encode()))
+            new = Meta(meta.base_id, entries, records, nonce, timer)
+        self._meta.update(new.row())
+        _CACHE.put(self._token, shard, new.stamp, engine)
+
+
+def _batch_id() -> int:
+    """The running micro-batch's id (Spark's task property)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return int(ctx.getLocalProperty("streaming.sql.batchId") or 0) if ctx else 0
+
+
+_CACHE = EngineCache()
+"""This Python worker's engines (Spark reuses workers across micro-batches)."""
 
 
 def _split_input(frames: list[pd.DataFrame], topic: str, batch_id: int,

@@ -1,16 +1,17 @@
 """Pins the Spark behaviour the job is built on (Spark 4.2, see revise/spark/driver.py's docstring).
 
-``applyInPandasWithState`` with ``EventTimeTimeout`` on a query with ``withWatermark``:
+``transformWithStateInPandas`` with ``timeMode="EventTime"`` (event-time timers) on a query
+with ``withWatermark``:
 
 1. rows far behind the watermark still reach the function: Spark drops late rows for
-   event-time timeouts, but only by the watermarked column of the operator's input, which
+   event-time timers, but only by the watermarked column of the operator's input, which
    ``revise.spark.stream._keep_late_rows`` replaces with one the watermark never reaches;
    revision mode must never lose a late record to Spark's own filter;
-2. ``getCurrentWatermarkMs()`` is one global watermark, the max event time of all earlier
-   micro-batches (every partition, every shard) minus the delay, the same in every shard;
+2. the handler's watermark (``getCurrentWatermarkInMs()``) is one global watermark, the max
+   event time of all earlier micro-batches (every partition, every shard) minus the delay, the
+   same in every shard;
 3. a shard that holds state but receives no rows is still called once the watermark reaches
-   its timeout (its next window's end + grace), so its windows close while its input is
-   quiet;
+   its timer (its next window's end + grace), so its windows close while its input is quiet;
 4. a micro-batch without new input runs only when the watermark moved.
 
 One partition and ``maxOffsetsPerTrigger=2`` fix the micro-batches (two records each, the

@@ -13,6 +13,7 @@ import pytest
 from revise.cli import build_parser
 from revise.cli.run import job_config_from_args
 from revise.errors import ConfigError
+from revise.jobconfig import STATE_LAYOUT, STATE_LAYOUT_KEY
 from revise.kafka_config import KafkaSettings
 from revise.records import REVISION_SCHEMA
 
@@ -33,7 +34,8 @@ def test_todays_options_keep_todays_parser_schema_and_fingerprint():
     assert cfg.fingerprint() == {
         "query_id": "q", "input_topic": "in", "window": "tumbling:1d", "grace_ms": 1000,
         "watermark_delay_ms": 0, "aggs": ["count", "sum", "min", "max", "mean"],
-        "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"]}
+        "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"],
+        STATE_LAYOUT_KEY: STATE_LAYOUT}
     assert config("--aggs", "count,max", "--value-field", "v").legacy_input
     # A nested value field keeps the bare form's columns but needs the general parser.
     nested = config("--value-field", "payload.amount")
@@ -118,3 +120,25 @@ def test_trigger_defaults_to_500ms_unbounded_back_to_back_once_and_the_option_wi
     assert config("--once", "--trigger", "250ms").effective_trigger_ms == 250
     # The default is not part of the checkpoint's fingerprint: a restart may change it.
     assert "trigger_ms" not in config("--trigger", "2s").fingerprint()
+
+
+def test_a_checkpoint_of_the_snapshot_operator_is_refused_with_what_to_do(tmp_path):
+    import dataclasses
+    import json
+
+    from revise.spark.driver import _check_checkpoint
+
+    cfg = dataclasses.replace(config(), checkpoint=str(tmp_path / "new"))
+    _check_checkpoint(cfg)  # a new checkpoint records the layout...
+    meta = json.loads((tmp_path / "new" / "revise-job.json").read_text())
+    assert meta[STATE_LAYOUT_KEY] == STATE_LAYOUT
+    _check_checkpoint(cfg)  # ...and restarts under it
+    # One written by the applyInPandasWithState operator has no layout: its state is one
+    # snapshot per shard, which the base + log operator cannot read.
+    old = dataclasses.replace(cfg, checkpoint=str(tmp_path / "old"))
+    (tmp_path / "old").mkdir()
+    legacy = {k: v for k, v in cfg.fingerprint().items() if k != STATE_LAYOUT_KEY}
+    (tmp_path / "old" / "revise-job.json").write_text(json.dumps(legacy))
+    with pytest.raises(ConfigError, match="layout of an earlier revise.*one snapshot per shard"
+                                          ".*new --checkpoint"):
+        _check_checkpoint(old)

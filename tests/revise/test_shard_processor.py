@@ -1,0 +1,266 @@
+"""The stateful operator's processor against a stand-in for Spark's state store (issue 12).
+
+Spark's part (that timers fire as the watermark passes them, that late rows still arrive, one
+global watermark) is pinned by tests/integration/test_spark_semantics.py, and the whole job
+against real Spark by the integration suite; this checks the processor's side of the contract:
+its timer, that what it stores rebuilds the engine it had (base + log, with or without the
+worker's cached engine), that it writes a step rather than the whole state once the state
+outgrows a batch, and that a cached engine ahead of the restored state is never used.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from revise.config import EngineConfig, WindowSpec
+from revise.engine import Engine, InputBatch
+from revise.spark import operator
+from revise.spark.operator import ShardProcessor, decode_output
+from revise.spark.shard_state import EngineCache, Meta, Step, apply_step
+
+
+class FakeValue:
+    def __init__(self, store: dict[str, Any], name: str) -> None:
+        self.store, self.name = store, name
+
+    def get(self) -> tuple | None:
+        return self.store.get(self.name)
+
+    def update(self, value: tuple) -> None:
+        self.store[self.name] = tuple(value)
+
+    def clear(self) -> None:
+        self.store.pop(self.name, None)
+
+
+class FakeList(FakeValue):
+    def get(self) -> Any:
+        self.store.setdefault("_reads", []).append(self.name)
+        return iter(list(self.store.get(self.name, [])))
+
+    def put(self, values: list[tuple]) -> None:
+        self.store[self.name] = [tuple(v) for v in values]
+        self.store.setdefault("_writes", []).append((self.name, "put", len(values)))
+
+    def appendValue(self, value: tuple) -> None:  # noqa: N802 - Spark's name
+        self.store.setdefault(self.name, []).append(tuple(value))
+        self.store.setdefault("_writes", []).append((self.name, "append", 1))
+
+
+class FakeHandle:
+    """The part of Spark's StatefulProcessorHandle the processor uses, over a dict."""
+
+    def __init__(self, store: dict[str, Any]) -> None:
+        self.store = store
+        store.setdefault("_timers", set())
+
+    def getValueState(self, name: str, schema: str) -> FakeValue:  # noqa: N802
+        return FakeValue(self.store, name)
+
+    def getListState(self, name: str, schema: str) -> FakeList:  # noqa: N802
+        return FakeList(self.store, name)
+
+    def registerTimer(self, ms: int) -> None:  # noqa: N802
+        self.store["_timers"].add(ms)
+
+    def deleteTimer(self, ms: int) -> None:  # noqa: N802
+        self.store["_timers"].discard(ms)
+
+
+class Times:
+    def __init__(self, watermark_ms: int, now_ms: int = 0) -> None:
+        self.w, self.now = watermark_ms, now_ms
+
+    def getCurrentWatermarkInMs(self) -> int:  # noqa: N802
+        return self.w
+
+    def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802
+        return self.now
+
+
+CFG = EngineConfig(WindowSpec.parse("tumbling:10s"), grace_ms=5_000, query_id="q")
+
+
+def rows(*recs: tuple[str, int], command: str | None = None) -> pd.DataFrame:
+    n = len(recs)
+    return pd.DataFrame({
+        "key": [k for k, _ in recs], "ts_ms": [t for _, t in recs],
+        "value": [float(i + 1) for i in range(n)], "partition": [0] * n,
+        "offset": list(range(n)), "reason": [None] * n, "raw_value": [None] * n,
+        "command": [command] * n, "shard": [0] * n,
+    })
+
+
+def call(store: dict[str, Any], frames: list[pd.DataFrame] | None, watermark_ms: int,
+         batch_id: int = 0, token: str = "t") -> Any:
+    """One Spark call of the processor on shard 0: rows, or the timer when ``frames`` is None."""
+    p = ShardProcessor(CFG, "topic", token=token)
+    p.init(FakeHandle(store))
+    times = Times(watermark_ms, now_ms=1_000 + batch_id)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(operator, "_batch_id", lambda: batch_id)
+        if frames is None:
+            out = list(p.handleExpiredTimer((0,), times, None))
+        else:
+            out = list(p.handleInputRows((0,), iter(frames), times))
+    revs = decode_output(pa_table(out)).revisions
+    return revs.to_pylist()
+
+
+def pa_table(frames: list[pd.DataFrame]) -> Any:
+    import pyarrow as pa
+
+    if not frames:
+        return pa.table({"kind": pa.array([], pa.string()), "rows": pa.array([], pa.int64()),
+                         "payload": pa.array([], pa.binary())})
+    return pa.Table.from_pandas(pd.concat(frames, ignore_index=True), preserve_index=False)
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> EngineCache:
+    cache = EngineCache()
+    monkeypatch.setattr(operator, "_CACHE", cache)
+    return cache
+
+
+def test_timer_is_the_watermark_that_closes_the_next_window_and_cleared_when_none():
+    store: dict[str, Any] = {}
+    call(store, [rows(("a", 1_000), ("b", 21_000))], 0)
+    # [0, 10000) closes at W >= 15000; a timer at T fires once the watermark reaches T.
+    assert store["_timers"] == {15_000}
+    assert Meta.of(store["meta"]).timer_ms == 15_000
+    out = call(store, None, 15_000, batch_id=1)  # the timer fired: called without rows
+    assert [(r["key"], r["timing"]) for r in out] == [("a", "FINAL")]
+    assert store["_timers"] == {35_000}
+    call(store, None, 35_000, batch_id=2)
+    assert store["_timers"] == set()
+    assert not any(k in store for k in ("meta", "base", "log")), "no window open: no state"
+
+
+def random_batches(seed: int, n_batches: int, keys: int) -> list[tuple[list, int]]:
+    rng = np.random.default_rng(seed)
+    out, w = [], 0
+    for _ in range(n_batches):
+        n = int(rng.integers(0, 40))
+        ks = rng.integers(0, keys, n)
+        ts = w + rng.integers(-20_000, 30_000, n)
+        out.append(([(f"k{k}", int(max(t, 0))) for k, t in zip(ks, ts, strict=True)], w))
+        w += int(rng.integers(0, 6_000))
+    return out
+
+
+def reference(batches: list[tuple[list, int]]) -> tuple[list[list[dict]], Engine]:
+    """What an engine that never leaves memory emits for the same calls."""
+    engine = Engine(CFG)
+    outs = []
+    for b, (recs, w) in enumerate(batches):
+        frame = rows(*recs)
+        batch = InputBatch.from_arrays(frame["key"].to_numpy(object), frame["ts_ms"].to_numpy(),
+                                       frame["value"].to_numpy(), frame["partition"].to_numpy(),
+                                       frame["offset"].to_numpy(), topic="topic")
+        revs, _late = apply_step(engine, Step(b, w, 1_000 + b, False, batch))
+        outs.append([r for t in revs for r in t.to_arrow().to_pylist()])
+    return outs, engine
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("cached", [True, False])
+def test_stored_state_rebuilds_the_engine_it_had(seed, cached, fresh_cache):
+    batches = random_batches(seed, 30, keys=60)
+    want, engine = reference(batches)
+    store: dict[str, Any] = {}
+    for b, (recs, w) in enumerate(batches):
+        if not cached:
+            fresh_cache.take("t", 0)  # another worker each time: rebuild from base + log
+        got = call(store, [rows(*recs)] if recs else [], w, batch_id=b)
+        assert got == want[b], f"batch {b}"
+    assert any(op == "append" for _n, op, _k in store["_writes"]), "never logged a step"
+    fresh_cache.take("t", 0)
+    rebuilt = ShardProcessor(CFG, "topic", token="t")
+    rebuilt.init(FakeHandle(store))
+    assert rebuilt._engine(0, Meta.of(store["meta"])).snapshot() == engine.snapshot()
+
+
+def test_a_batch_writes_its_step_not_the_state_once_the_state_outgrows_it():
+    store: dict[str, Any] = {}
+    call(store, [rows(*[(f"k{i}", 1_000) for i in range(500)])], 0)
+    assert store["_writes"] == [("base", "put", 1)]
+    for b in range(1, 6):  # 20 records a batch against 500 open windows
+        call(store, [rows(*[(f"k{i}", 2_000) for i in range(20)])], 0, batch_id=b)
+    assert store["_writes"][1:] == [("log", "append", 1)] * 5
+    assert Meta.of(store["meta"]).log_records == 100
+    # A batch larger than the open windows rewrites the base and empties the log.
+    call(store, [rows(*[(f"k{i % 500}", 3_000) for i in range(600)])], 0, batch_id=6)
+    assert store["_writes"][-1] == ("base", "put", 1) and not store.get("log")
+    assert Meta.of(store["meta"]).log_entries == 0
+
+
+def test_a_worker_reads_only_the_steps_it_has_not_applied(monkeypatch):
+    store: dict[str, Any] = {}
+    worker_a, worker_b = EngineCache(), EngineCache()
+    monkeypatch.setattr(operator, "_CACHE", worker_a)
+    call(store, [rows(*[(f"k{i}", 1_000) for i in range(100)])], 0, batch_id=0)
+    call(store, [rows(("k1", 2_000))], 0, batch_id=1)
+    assert store.get("_reads", []) == [], "the cached engine is the stored state: no reads"
+    monkeypatch.setattr(operator, "_CACHE", worker_b)  # a worker that never ran the shard
+    call(store, [rows(("k2", 2_000))], 0, batch_id=2)
+    assert store.pop("_reads") == ["base", "log"]
+    monkeypatch.setattr(operator, "_CACHE", worker_a)  # one step behind: replays it only
+    got = call(store, [rows(("k1", 3_000))], 0, batch_id=3)
+    assert store.pop("_reads") == ["log"]
+    assert [(r["key"], r["count"], r["revision"]) for r in got] == [("k1", 3, 2)]
+
+
+def test_a_cached_engine_ahead_of_the_restored_state_is_not_used():
+    store: dict[str, Any] = {}
+    batches = [([("a", 1_000)], 0), ([("a", 2_000)], 0), ([("a", 3_000)], 0)]
+    for b, (recs, w) in enumerate(batches[:2]):
+        call(store, [rows(*recs)], w, batch_id=b)
+    committed = copy.deepcopy(store)
+    # Batch 2 runs, leaves its engine in the cache, but is never committed (the driver's
+    # transaction failed); Spark restores the state of batch 1 and runs batch 2 again with
+    # other input (here: none).
+    assert call(store, [rows(("a", 3_000))], 0, batch_id=2)[0]["count"] == 3
+    got = call(committed, [rows(("b", 4_000))], 0, batch_id=2)
+    assert [(r["key"], r["count"]) for r in got] == [("b", 1)]
+    # ...and a's window holds 2 records, not the 3 the uncommitted attempt had seen.
+    got = call(committed, [rows(("a", 5_000))], 0, batch_id=3)
+    assert [(r["key"], r["count"], r["revision"]) for r in got] == [("a", 3, 2)]
+
+
+def test_a_cached_engine_of_a_diverged_log_is_not_used():
+    store: dict[str, Any] = {}
+    call(store, [rows(*[(f"k{i}", 1_000) for i in range(50)])], 0, batch_id=0)
+    call(store, [rows(("k1", 2_000))], 0, batch_id=1)
+    before = copy.deepcopy(store)
+    call(store, [rows(("k1", 3_000))], 0, batch_id=2)  # cache: base + 2 steps (attempt 1)
+    # Attempt 2 of batch 2, another worker: stores a different step 2 (other nonce)...
+    other = copy.deepcopy(before)
+    saved = operator._CACHE.take("t", 0)
+    call(other, [rows(("k2", 3_000))], 0, batch_id=2)
+    # ...and the attempt-1 engine comes back into this worker's cache: same base, same log
+    # length, but not the stored log. It must not be used.
+    assert saved is not None
+    operator._CACHE.put("t", 0, saved[0], saved[1])
+    got = call(other, [rows(("k1", 4_000))], 0, batch_id=3)
+    assert [(r["key"], r["count"]) for r in got] == [("k1", 3)]  # 1,000 / 2,000 / 4,000
+
+
+def test_a_step_survives_its_encoding():
+    batch = InputBatch.from_arrays(
+        ["a", "b"], [1, 2], [0.5, 1.5], [3, 4], [10, 11], topic=np.array(["x", "y"], object),
+        numeric={"m.n": [1.0, 2.0]}, distinct={"u": ["p", "q"]})
+    back = Step.decode(Step(7, 1_000, 2_000, True, batch).encode())
+    assert (back.batch_id, back.watermark_ms, back.now_ms, back.close_all) == (7, 1_000, 2_000,
+                                                                               True)
+    b = back.batch
+    assert list(b.keys) == ["a", "b"] and list(b.ts_ms) == [1, 2] and list(b.values) == [0.5, 1.5]
+    assert list(b.partitions) == [3, 4] and list(b.offsets) == [10, 11]
+    assert list(b.topic) == ["x", "y"]
+    assert list(b.numeric["m.n"]) == [1.0, 2.0]
+    assert list(b.distinct["u"]) == list(batch.distinct["u"])
