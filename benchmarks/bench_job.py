@@ -330,18 +330,19 @@ def _child(
 ) -> dict[str, Any] | None:
     """Run one variant in a fresh process; its figures, or None (reported) if it failed."""
     env = {**os.environ, "REVISE_SPARK_LOG_LEVEL": "ERROR"}
-    name = variant
+    name, cwd = variant, None
     if variant.endswith(BASELINE_SUFFIX):
         if not args.baseline:
             print(f"{variant} needs --baseline DIR", file=sys.stderr)
             return None
         variant = variant.removesuffix(BASELINE_SUFFIX)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(Path(args.baseline).resolve()), *filter(None, [env.get("PYTHONPATH")])])
+        # ``python -m`` puts the working directory first on sys.path: run from the tree.
+        cwd = str(Path(args.baseline).resolve())
+        env["PYTHONPATH"] = os.pathsep.join([cwd, *filter(None, [env.get("PYTHONPATH")])])
     cmd = [sys.executable, "-m", "benchmarks.bench_job", "--variant", variant, "--topic", topic,
            "--work", str(work), "--bootstrap", bootstrap, "--batch", str(args.batch),
            "--shards", str(args.shards), "--window", args.window, "--grace", args.grace]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, cwd=cwd)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:
         print(f"{name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}",

@@ -42,11 +42,16 @@ from revise.spark.shard_state import (
     should_rebase,
     skip_applied,
 )
+from revise.spark.tws_input import install as _install_columnar_input
 
 try:  # the workers and the driver have pyspark; the engine's own tests need not
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _StatefulProcessor
 except ImportError:  # pragma: no cover - pyspark is a dependency
     _StatefulProcessor = object  # type: ignore[assignment,misc]
+else:
+    # A Python worker imports this module when it unpickles the processor, before it reads
+    # the input: from then on it reads it column-wise (revise.spark.tws_input).
+    _install_columnar_input()
 
 __all__ = [
     "KIND_SCHEMAS",
