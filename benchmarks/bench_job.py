@@ -163,7 +163,7 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
         engine=EngineConfig(window=WindowSpec.parse(args.window), grace_ms=args.grace_ms,
                             mode=mode, query_id=f"bench-{run}"),
         once=True, max_records_per_batch=args.batch, shards=args.shards,
-        transactional=args.variant != "revision-plain",
+        transactional=args.variant != "revision-plain", state_layout=args.state_layout,
     )
     t0 = time.monotonic()
     result = run_job(cfg, spark=spark)
@@ -310,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="rounds of all variants (round-robin, rotating the order); the table "
                         "shows each variant's median run")
     p.add_argument("--json", help="also write every run's figures to this JSON file")
+    p.add_argument("--state-layout", choices=("snapshot", "log"), default="snapshot",
+                   help="revise's --state-layout for the revise variants (not the @base ones)")
     p.add_argument("--baseline", metavar="DIR",
                    help="a source tree of another revise commit (e.g. a git worktree): a "
                         "variant named VARIANT@base runs VARIANT with DIR first on PYTHONPATH "
@@ -331,7 +333,9 @@ def _child(
     """Run one variant in a fresh process; its figures, or None (reported) if it failed."""
     env = {**os.environ, "REVISE_SPARK_LOG_LEVEL": "ERROR"}
     name, cwd = variant, None
+    layout = ["--state-layout", args.state_layout] if args.state_layout != "snapshot" else []
     if variant.endswith(BASELINE_SUFFIX):
+        layout = []  # another tree's bench_job may not know the option
         if not args.baseline:
             print(f"{variant} needs --baseline DIR", file=sys.stderr)
             return None
@@ -341,7 +345,8 @@ def _child(
         env["PYTHONPATH"] = os.pathsep.join([cwd, *filter(None, [env.get("PYTHONPATH")])])
     cmd = [sys.executable, "-m", "benchmarks.bench_job", "--variant", variant, "--topic", topic,
            "--work", str(work), "--bootstrap", bootstrap, "--batch", str(args.batch),
-           "--shards", str(args.shards), "--window", args.window, "--grace", args.grace]
+           "--shards", str(args.shards), "--window", args.window, "--grace", args.grace,
+           *layout]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, cwd=cwd)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:

@@ -133,6 +133,8 @@ def _start(system: str, args: argparse.Namespace, bootstrap: str, topics: dict[s
             argv += ["--trigger", f"{args.trigger_ms}ms"]
         if args.shuffle_partitions is not None:
             argv += ["--shuffle-partitions", str(args.shuffle_partitions)]
+        if args.state_layout:
+            argv += ["--state-layout", args.state_layout]
         return CliRun(argv, cwd=work, log=work / "job.log")
     native_args = ["--native-child", bootstrap, topics["in"], topics["out"],
                    str(work / "checkpoint" / "spark"), args.window, str(args.grace_ms),
@@ -247,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--shuffle-partitions", type=int,
                     help="revise run --shuffle-partitions (stateful tasks per batch)")
+    ap.add_argument("--state-layout", choices=("snapshot", "log"),
+                    help="revise run --state-layout (default: revise's own)")
     ap.add_argument("--trigger-ms", type=int,
                     help="micro-batch interval of both systems (default: revise's own, "
                          f"{DEFAULT_TRIGGER_MS} ms)")

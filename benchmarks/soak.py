@@ -302,6 +302,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="minute whose memory the end is compared with (default 5)")
     p.add_argument("--bootstrap-servers", default=None,
                    help="an existing broker; default: start an embedded one in a temp folder")
+    p.add_argument("--state-layout", choices=("snapshot", "log"), default="snapshot",
+                   help="revise run --state-layout (default snapshot)")
     p.add_argument("--workdir", default=None, help="where the checkpoint, Delta and logs go")
     p.add_argument("--json", default=None, help="write samples and verdict to this file")
     return p
@@ -335,7 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              "--changelog-topic", topics["changelog"], "--late-topic", topics["late"],
              "--dead-letter-topic", topics["dead"], "--delta-path", str(work / "delta"),
              "--checkpoint", str(checkpoint), "--query-id", f"soak-{tag}",
-             "--window", args.window, "--grace", f"{args.grace_ms}ms"],
+             "--window", args.window, "--grace", f"{args.grace_ms}ms",
+             "--state-layout", args.state_layout],
             cwd=work, log=work / "job.log")
         feeder.start()
         watcher.start()

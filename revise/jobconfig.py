@@ -19,17 +19,20 @@ from revise.kafka_config import KafkaSettings
 from revise.records import revision_schema
 
 __all__ = [
-    "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "STATE_LAYOUT", "STATE_LAYOUT_KEY", "JobConfig",
+    "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "STATE_LAYOUTS", "STATE_LAYOUT_KEY", "JobConfig",
 ]
 
 DEFAULT_SHARDS = 8
 """Keys are hashed into this many shards; one Python call per shard per micro-batch."""
 
 STATE_LAYOUT_KEY = "state_layout"
-STATE_LAYOUT = "base + log per shard (transformWithStateInPandas), v1"
-"""How the stateful operator stores a shard (``revise.spark.shard_state``); recorded in the
-checkpoint's ``revise-job.json``. A checkpoint without it was written by the
-``applyInPandasWithState`` operator (one snapshot per shard), which this one cannot read."""
+STATE_LAYOUTS = ("snapshot", "log")
+"""How the stateful operator stores a shard (``--state-layout``, ``revise.spark.operator``):
+``snapshot`` (the default: one snapshot per shard, ``applyInPandasWithState``) or ``log`` (a
+base snapshot and a log of steps, ``transformWithStateInPandas``,
+``revise.spark.shard_state``). ``log`` is recorded in the checkpoint's ``revise-job.json``
+under :data:`STATE_LAYOUT_KEY`; a checkpoint without the key is ``snapshot`` (as every
+checkpoint written before ``log`` existed)."""
 
 DEFAULT_TRIGGER_MS = 500
 """Micro-batch interval of an unbounded run when ``--trigger`` is not given.
@@ -63,6 +66,8 @@ class JobConfig:
         shuffle_partitions: ``spark.sql.shuffle.partitions`` of a new checkpoint (the stateful
             operator's task count per micro-batch); None: the shard count, at most the
             session's own setting. Spark keeps a checkpoint's first value on restarts.
+        state_layout: How the operator stores a shard, one of :data:`STATE_LAYOUTS`; fixed
+            for the life of a checkpoint.
         key_field: JSON field of the key; a dotted path (``payload.user.id``) reads a nested
             object; several comma-separated fields (``store,region``) group by all of them
             (the key is then a JSON array text, docs/FIELDS.md).
@@ -90,6 +95,7 @@ class JobConfig:
     once: bool = False
     shards: int = DEFAULT_SHARDS
     shuffle_partitions: int | None = None
+    state_layout: str = "snapshot"
     key_field: str = "key"
     ts_field: str = "ts"
     value_field: str = "value"
@@ -114,6 +120,10 @@ class JobConfig:
             raise ConfigError(msg)
         if self.shards < 1:
             msg = f"--shards must be >= 1, got {self.shards}"
+            raise ConfigError(msg)
+        if self.state_layout not in STATE_LAYOUTS:
+            msg = (f"--state-layout must be one of {', '.join(STATE_LAYOUTS)}, "
+                   f"got {self.state_layout!r}")
             raise ConfigError(msg)
         if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
             msg = f"--shuffle-partitions must be >= 1, got {self.shuffle_partitions}"
@@ -195,10 +205,11 @@ class JobConfig:
     def fingerprint(self) -> dict[str, object]:
         """What a checkpoint is tied to: changing any of these needs a new checkpoint.
 
-        :data:`STATE_LAYOUT_KEY` names how the operator stores its state: a checkpoint of
-        another layout cannot restart (``revise.spark.driver`` says so). The
-        ``FN(FIELD)`` form records the whole ``--aggs`` text and a non-default
-        ``--ts-format`` is recorded under its own key.
+        Today's options give today's keys and values, so existing checkpoints still restart;
+        ``--state-layout log`` is recorded under :data:`STATE_LAYOUT_KEY` (a checkpoint of the
+        other layout cannot restart: ``revise.spark.driver`` says so). The ``FN(FIELD)`` form
+        records the whole ``--aggs`` text and a non-default ``--ts-format`` is recorded under
+        its own key.
         """
         e = self.engine
         aggs = e.aggregates
@@ -215,5 +226,6 @@ class JobConfig:
         }
         if self.ts_format != "epoch_ms":
             out["ts_format"] = self.ts_format
-        out[STATE_LAYOUT_KEY] = STATE_LAYOUT
+        if self.state_layout != "snapshot":
+            out[STATE_LAYOUT_KEY] = self.state_layout
         return out

@@ -74,13 +74,13 @@ def _check_checkpoint(cfg: JobConfig) -> None:
     want = cfg.fingerprint()
     if meta.is_file():
         have = json.loads(meta.read_text())
-        if have.get(STATE_LAYOUT_KEY) != want[STATE_LAYOUT_KEY]:
+        had = have.get(STATE_LAYOUT_KEY, "snapshot")
+        if had != cfg.state_layout:
             msg = (
-                f"--checkpoint {cfg.checkpoint} holds state in the layout of an earlier revise "
-                f"({have.get(STATE_LAYOUT_KEY) or 'one snapshot per shard'}; this revise keeps "
-                f"{want[STATE_LAYOUT_KEY]}) and cannot restart from it: start a new --checkpoint "
-                "(and --query-id): a new checkpoint reads the input topic from its earliest "
-                "offset and rebuilds the windows"
+                f"--checkpoint {cfg.checkpoint} holds state in the {had!r} layout, and this run "
+                f"asks for --state-layout {cfg.state_layout}: run it with --state-layout {had}, "
+                "or start a new --checkpoint (and --query-id), which reads the input topic from "
+                "its earliest offset and rebuilds the windows"
             )
             raise ConfigError(msg)
         diff = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
@@ -112,6 +112,20 @@ def preflight(cfg: JobConfig) -> None:
                   (cfg.changelog_topic, cfg.late_topic, cfg.dead_letter_topic),
                   client_config=cfg.kafka_settings.admin_conf())
     _check_checkpoint(cfg)
+    warning = layout_warning(cfg)
+    if warning:
+        log.warning(warning)
+
+
+def layout_warning(cfg: JobConfig) -> str | None:
+    """What an unbounded run of ``--state-layout log`` should know (None: nothing)."""
+    if cfg.state_layout != "log" or cfg.once:
+        return None
+    return ("--state-layout log in an unbounded run: Spark 4.2.0 leaks one socket per stateful "
+            "task of transformWithStateInPandas (SPARK-58932), so the job runs out of file "
+            "descriptors after roughly (open-file limit) / (stateful tasks per micro-batch) "
+            "micro-batches (~80 minutes at the 500 ms trigger with a 20,000 limit); use the "
+            "default --state-layout snapshot for long runs (docs/RELIABILITY.md)")
 
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"

@@ -1,24 +1,32 @@
 """The stateful operator: the revision engine inside Spark, and its Arrow output codec.
 
-Spark calls :class:`ShardProcessor` (``transformWithStateInPandas``, event-time timers) once
-per shard and micro-batch in which the shard has rows or the watermark reached its next closing
-window (a timer set to it), never for an idle shard with nothing due, whose stored state it
-then neither reads nor rewrites. It gets the shard's :class:`~revise.engine.Engine` (the Python
-worker's cached one when it matches the stored state; else rebuilt from the base snapshot and
-the log of steps in Spark's state store, ``revise.spark.shard_state``), applies the batch
-against Spark's global watermark, stores the step, and returns its revisions, too-late records
-and dead letters as a few rows holding Arrow IPC streams (``kind``, ``rows``, ``payload``):
-Spark moves a few large binary values instead of converting every revision row pandas → Arrow →
-Spark rows → Arrow on the way to the driver, which collects them anyway (Kafka and Delta are
-written from there). On the driver :func:`decode_output` turns the collected rows back into one
-typed :class:`BatchTables`.
+Two operators, one per state layout (``JobConfig.state_layout``); Spark calls either once per
+shard and micro-batch in which the shard has rows or the watermark reached its next closing
+window, never for an idle shard with nothing due, whose stored state it then neither reads nor
+rewrites:
+
+- ``snapshot`` (the default): :func:`make_state_fn` under ``applyInPandasWithState`` with an
+  event-time timeout restores the shard's :class:`~revise.engine.Engine` from its one
+  snapshot in Spark's state store, applies the batch, and stores the whole new snapshot;
+- ``log``: :class:`ShardProcessor` under ``transformWithStateInPandas`` with event-time timers
+  gets the Python worker's cached engine when it matches the stored state (else rebuilds it
+  from a base snapshot and a log of steps, ``revise.spark.shard_state``), applies the batch,
+  and appends the step — bytes that follow the records, not the state. Spark 4.2.0 leaks one
+  socket per stateful task of this operator (SPARK-58932), so it suits bounded runs.
+
+Both apply the batch against Spark's global watermark and return its revisions, too-late
+records and dead letters as a few rows holding Arrow IPC streams (``kind``, ``rows``,
+``payload``): Spark moves a few large binary values instead of converting every revision row
+pandas → Arrow → Spark rows → Arrow on the way to the driver, which collects them anyway (Kafka
+and Delta are written from there). On the driver :func:`decode_output` turns the collected
+rows back into one typed :class:`BatchTables`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +52,9 @@ from revise.spark.shard_state import (
 )
 from revise.spark.tws_input import install as _install_columnar_input
 
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.state import GroupState
+
 try:  # the workers and the driver have pyspark; the engine's own tests need not
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _StatefulProcessor
 except ImportError:  # pragma: no cover - pyspark is a dependency
@@ -58,11 +69,13 @@ __all__ = [
     "LEGACY_COLUMNS",
     "InputColumns",
     "OUTPUT_DDL",
+    "STATE_DDL",
     "BatchTables",
     "ShardProcessor",
     "decode_output",
     "encode_output",
     "kind_schemas",
+    "make_state_fn",
 ]
 
 KIND_SCHEMAS: Final[dict[str, pa.Schema]] = {
@@ -80,6 +93,8 @@ def kind_schemas(revision_schema: pa.Schema = REVISION_SCHEMA) -> dict[str, pa.S
 
 
 OUTPUT_DDL: Final = "kind STRING, rows BIGINT, payload BINARY"
+STATE_DDL: Final = "snapshot BINARY"
+"""The state of :func:`make_state_fn` (the ``snapshot`` layout): one snapshot per shard."""
 CHUNK_ROWS = 250_000
 """Rows per IPC chunk (~120 MB of revisions at most): far below Spark's 2 GB value limit."""
 
@@ -136,6 +151,58 @@ class BatchTables:
     def empty(self) -> bool:
         """True when the batch produced nothing at all."""
         return not (self.revisions.num_rows or self.late.num_rows or self.dead.num_rows)
+
+
+def make_state_fn(
+    engine_cfg: EngineConfig, topic: str, fields: InputColumns = LEGACY_COLUMNS,
+) -> Callable[[Any, Iterator[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]:
+    """The per-shard function Spark calls for a shard with rows or with a window due to close.
+
+    ``fields`` names the aggregated input columns (``revise.spark.stream.input_columns``).
+    It restores the shard's engine from its snapshot, applies the batch's records against the
+    watermark Spark gives (the same for every shard), handles a close-all command, emits the
+    revisions, too-late records and dead letters (:func:`encode_output`), and stores the new
+    snapshot with an event-time timeout at the watermark that closes its next window
+    (:attr:`~revise.engine.Engine.next_close_ms`) — or drops the state when no window is open.
+    """
+    schema = revision_schema(engine_cfg.aggregates)
+
+    def fn(key: Any, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or 0) if ctx else 0
+        watermark_ms = max(0, int(state.getCurrentWatermarkMs()))
+        now_ms = int(state.getCurrentProcessingTimeMs())
+        engine = Engine.build(engine_cfg, state.get[0] if state.exists else None)
+        batch, dead, close_all = _split_input([p for p in pdfs if len(p)], topic, batch_id,
+                                              fields)
+        out = engine.process(batch, watermark_ms=watermark_ms, batch_id=batch_id, now_ms=now_ms)
+        revisions = [out.revisions.to_arrow()]
+        if close_all:
+            last = watermark_ms
+            if out.max_accepted_ts_ms is not None:
+                last = max(last, out.max_accepted_ts_ms - engine_cfg.watermark_delay_ms)
+            closed = engine.close_all(watermark_ms=last, batch_id=batch_id, now_ms=now_ms)
+            revisions.append(closed.revisions.to_arrow())
+        due = engine.next_close_ms
+        if due is not None:
+            state.update((engine.snapshot(),))
+            # Called again when the watermark passes due - 1, i.e. reaches due (Spark times a
+            # group out when its timestamp < the watermark), or when rows come.
+            state.setTimeoutTimestamp(max(1, due - 1))
+        elif engine.sealed:
+            # Nothing open, but closed-by-close-all windows must stay closed: keep the
+            # (tiny) snapshot that remembers it, without a timeout.
+            state.update((engine.snapshot(),))
+        elif state.exists:
+            state.remove()
+        chunks = encode_output(revisions=revisions, late=[out.late.to_arrow()], dead=dead,
+                               revision_schema=schema)
+        if chunks is not None:
+            yield chunks
+
+    return fn
 
 
 class ShardProcessor(_StatefulProcessor):

@@ -9,7 +9,8 @@
                       │ withWatermark(event_time, watermark_delay)  → Spark's global watermark
                       │ shard = pmod(xxhash64(key), shards)
                       ▼
-      groupBy(shard).transformWithStateInPandas(EventTime timers)   — revise.spark.operator
+      groupBy(shard).applyInPandasWithState(EventTimeTimeout)      — revise.spark.operator
+        (--state-layout log: .transformWithStateInPandas(EventTime timers))
 
 Bad input is sharded by offset (it has no usable key) and goes through the operator too, so
 the dead letters leave in the same micro-batch output as the revisions. The control source
@@ -28,7 +29,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 from revise.jobconfig import JobConfig
 from revise.spark.fields import classify_fields
-from revise.spark.operator import LEGACY_COLUMNS, OUTPUT_DDL, InputColumns, ShardProcessor
+from revise.spark.operator import (
+    LEGACY_COLUMNS,
+    OUTPUT_DDL,
+    STATE_DDL,
+    InputColumns,
+    ShardProcessor,
+    make_state_fn,
+)
 from revise.spark.parse import classify
 
 if TYPE_CHECKING:
@@ -67,6 +75,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         control_dir: The directory of the control source (close-all command files).
     """
     from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
 
     reader = (
         kafka_input(spark.readStream, cfg)
@@ -109,12 +118,17 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         )
         .withWatermark("event_time", f"{cfg.engine.watermark_delay_ms} milliseconds")
     )
-    processor = ShardProcessor(cfg.engine, cfg.input_topic, fields,
-                               token=f"{cfg.query_id}@{cfg.checkpoint}")
-    return _keep_late_rows(events, cfg.engine.watermark_delay_ms).groupBy(
-        "shard").transformWithStateInPandas(
-        statefulProcessor=processor, outputStructType=OUTPUT_DDL, outputMode="Update",
-        timeMode="EventTime",
+    shards = _keep_late_rows(events, cfg.engine.watermark_delay_ms).groupBy("shard")
+    if cfg.state_layout == "log":
+        processor = ShardProcessor(cfg.engine, cfg.input_topic, fields,
+                                   token=f"{cfg.query_id}@{cfg.checkpoint}")
+        return shards.transformWithStateInPandas(
+            statefulProcessor=processor, outputStructType=OUTPUT_DDL, outputMode="Update",
+            timeMode="EventTime",
+        )
+    return shards.applyInPandasWithState(
+        make_state_fn(cfg.engine, cfg.input_topic, fields), OUTPUT_DDL, STATE_DDL, "Update",
+        GroupStateTimeout.EventTimeTimeout,
     )
 
 
@@ -125,7 +139,7 @@ LATE_GUARD_MS = 2**53
 def _keep_late_rows(events: DataFrame, delay_ms: int) -> DataFrame:
     """``events`` with ``event_time`` replaced by a constant the watermark never reaches.
 
-    With event-time timers Spark drops every input row of the stateful operator whose
+    With an event-time timeout or timers Spark drops every input row of the stateful operator whose
     watermarked column is at or behind the watermark, before the function sees it; revise
     must see those rows (LATE revisions, too-late records). The watermark itself is computed
     upstream, by ``withWatermark`` on the real event time; the operator only needs *a* column

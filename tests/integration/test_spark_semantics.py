@@ -1,17 +1,19 @@
 """Pins the Spark behaviour the job is built on (Spark 4.2, see revise/spark/driver.py's docstring).
 
-``transformWithStateInPandas`` with ``timeMode="EventTime"`` (event-time timers) on a query
-with ``withWatermark``:
+Both stateful operators on a query with ``withWatermark`` — ``applyInPandasWithState`` with
+``EventTimeTimeout`` (``--state-layout snapshot``, the default) and ``transformWithStateInPandas``
+with ``timeMode="EventTime"`` (``--state-layout log``):
 
 1. rows far behind the watermark still reach the function: Spark drops late rows for
-   event-time timers, but only by the watermarked column of the operator's input, which
-   ``revise.spark.stream._keep_late_rows`` replaces with one the watermark never reaches;
-   revision mode must never lose a late record to Spark's own filter;
-2. the handler's watermark (``getCurrentWatermarkInMs()``) is one global watermark, the max
-   event time of all earlier micro-batches (every partition, every shard) minus the delay, the
-   same in every shard;
+   event-time timeouts and timers, but only by the watermarked column of the operator's
+   input, which ``revise.spark.stream._keep_late_rows`` replaces with one the watermark never
+   reaches; revision mode must never lose a late record to Spark's own filter;
+2. the function's watermark (``getCurrentWatermarkMs()``, ``getCurrentWatermarkInMs()``) is
+   one global watermark, the max event time of all earlier micro-batches (every partition,
+   every shard) minus the delay, the same in every shard;
 3. a shard that holds state but receives no rows is still called once the watermark reaches
-   its timer (its next window's end + grace), so its windows close while its input is quiet;
+   its timeout or timer (its next window's end + grace), so its windows close while its
+   input is quiet;
 4. a micro-batch without new input runs only when the watermark moved.
 
 One partition and ``maxOffsetsPerTrigger=2`` fix the micro-batches (two records each, the
@@ -30,6 +32,7 @@ A's FINAL would wait for the close-all batch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -54,9 +57,10 @@ def _keys_in_two_shards(spark, shards: int = 2) -> tuple[str, str]:
     return first["k"], other["k"]
 
 
-def test_late_rows_global_watermark_and_idle_shards(job_setup, spark):
+@pytest.mark.parametrize("layout", ["snapshot", "log"])
+def test_late_rows_global_watermark_and_idle_shards(job_setup, spark, layout):
     a, c = _keys_in_two_shards(spark)
-    setup = job_setup("semantics", partitions=1, window="tumbling:10s", grace_ms=GRACE,
+    setup = job_setup(f"semantics-{layout}", partitions=1, window="tumbling:10s", grace_ms=GRACE,
                       shards=2, max_records_per_batch=2)
     events = [
         (a, T + 1_000), (c, T + 50_000),
@@ -67,7 +71,8 @@ def test_late_rows_global_watermark_and_idle_shards(job_setup, spark):
     setup.produce([json.dumps({"key": k, "ts": ts, "value": i + 1.0}).encode()
                    for i, (k, ts) in enumerate(events)], partition=0)
 
-    run_job(setup.job_config(), spark=spark, timeout_s=300)
+    run_job(dataclasses.replace(setup.job_config(), state_layout=layout), spark=spark,
+            timeout_s=300)
 
     batches = spark_batches(setup.checkpoint, setup.input_topic)
     assert [b.kafka_end[0] for b in batches[:4]] == [2, 4, 6, 7], "unexpected batch split"

@@ -13,7 +13,7 @@ import pytest
 from revise.cli import build_parser
 from revise.cli.run import job_config_from_args
 from revise.errors import ConfigError
-from revise.jobconfig import STATE_LAYOUT, STATE_LAYOUT_KEY
+from revise.jobconfig import STATE_LAYOUT_KEY
 from revise.kafka_config import KafkaSettings
 from revise.records import REVISION_SCHEMA
 
@@ -34,8 +34,7 @@ def test_todays_options_keep_todays_parser_schema_and_fingerprint():
     assert cfg.fingerprint() == {
         "query_id": "q", "input_topic": "in", "window": "tumbling:1d", "grace_ms": 1000,
         "watermark_delay_ms": 0, "aggs": ["count", "sum", "min", "max", "mean"],
-        "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"],
-        STATE_LAYOUT_KEY: STATE_LAYOUT}
+        "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"]}
     assert config("--aggs", "count,max", "--value-field", "v").legacy_input
     # A nested value field keeps the bare form's columns but needs the general parser.
     nested = config("--value-field", "payload.amount")
@@ -122,23 +121,37 @@ def test_trigger_defaults_to_500ms_unbounded_back_to_back_once_and_the_option_wi
     assert "trigger_ms" not in config("--trigger", "2s").fingerprint()
 
 
-def test_a_checkpoint_of_the_snapshot_operator_is_refused_with_what_to_do(tmp_path):
+def test_a_checkpoint_keeps_its_state_layout(tmp_path):
     import dataclasses
     import json
 
     from revise.spark.driver import _check_checkpoint
 
-    cfg = dataclasses.replace(config(), checkpoint=str(tmp_path / "new"))
-    _check_checkpoint(cfg)  # a new checkpoint records the layout...
-    meta = json.loads((tmp_path / "new" / "revise-job.json").read_text())
-    assert meta[STATE_LAYOUT_KEY] == STATE_LAYOUT
-    _check_checkpoint(cfg)  # ...and restarts under it
-    # One written by the applyInPandasWithState operator has no layout: its state is one
-    # snapshot per shard, which the base + log operator cannot read.
-    old = dataclasses.replace(cfg, checkpoint=str(tmp_path / "old"))
-    (tmp_path / "old").mkdir()
-    legacy = {k: v for k, v in cfg.fingerprint().items() if k != STATE_LAYOUT_KEY}
-    (tmp_path / "old" / "revise-job.json").write_text(json.dumps(legacy))
-    with pytest.raises(ConfigError, match="layout of an earlier revise.*one snapshot per shard"
-                                          ".*new --checkpoint"):
-        _check_checkpoint(old)
+    # The default layout is not recorded: checkpoints from before --state-layout restart.
+    assert STATE_LAYOUT_KEY not in config().fingerprint()
+    assert config("--state-layout", "log").fingerprint()[STATE_LAYOUT_KEY] == "log"
+    snap = dataclasses.replace(config(), checkpoint=str(tmp_path / "snap"))
+    _check_checkpoint(snap)
+    _check_checkpoint(snap)  # restarts
+    log = dataclasses.replace(config("--state-layout", "log"), checkpoint=str(tmp_path / "log"))
+    _check_checkpoint(log)
+    assert json.loads((tmp_path / "log" / "revise-job.json").read_text())[STATE_LAYOUT_KEY] == (
+        "log")
+    _check_checkpoint(log)
+    # Either way round, the other layout is refused with what to do.
+    with pytest.raises(ConfigError, match="'snapshot' layout.*--state-layout log.*run it with "
+                                          "--state-layout snapshot"):
+        _check_checkpoint(dataclasses.replace(log, checkpoint=snap.checkpoint))
+    with pytest.raises(ConfigError, match="'log' layout.*--state-layout snapshot.*new --checkp"):
+        _check_checkpoint(dataclasses.replace(snap, checkpoint=log.checkpoint))
+    with pytest.raises(ConfigError, match="--state-layout must be one of snapshot, log"):
+        dataclasses.replace(snap, state_layout="rows")
+
+
+def test_an_unbounded_log_layout_run_is_warned_about_the_socket_leak():
+    from revise.spark.driver import layout_warning
+
+    assert layout_warning(config()) is None
+    assert layout_warning(config("--state-layout", "log", "--once")) is None
+    warning = layout_warning(config("--state-layout", "log"))
+    assert warning is not None and "SPARK-58932" in warning and "snapshot" in warning
