@@ -139,12 +139,13 @@ LATE_GUARD_MS = 2**53
 def _keep_late_rows(events: DataFrame, delay_ms: int) -> DataFrame:
     """``events`` with ``event_time`` replaced by a constant the watermark never reaches.
 
-    With an event-time timeout or timers Spark drops every input row of the stateful operator whose
-    watermarked column is at or behind the watermark, before the function sees it; revise
-    must see those rows (LATE revisions, too-late records). The watermark itself is computed
-    upstream, by ``withWatermark`` on the real event time; the operator only needs *a* column
-    carrying the watermark's metadata (``spark.watermarkDelayMs``) to enable event-time
-    timers and the handler's watermark. This one is a BIGINT that is never behind it, so
+    With an event-time timeout (or, for ``transformWithStateInPandas``, event-time timers)
+    Spark drops every input row of the stateful operator whose watermarked column is at or
+    behind the watermark, before the function sees it; revise must see those rows (LATE
+    revisions, too-late records). The watermark itself is computed upstream, by
+    ``withWatermark`` on the real event time; the operator only needs *a* column carrying the
+    watermark's metadata (``spark.watermarkDelayMs``) to enable event-time timeouts or timers
+    and the function's watermark. This one is a BIGINT that is never behind it, so
     Spark's filter keeps every row (pinned by tests/integration/test_spark_semantics.py).
     """
     from pyspark.sql import functions as F
