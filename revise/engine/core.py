@@ -99,8 +99,8 @@ class Engine:
 
         :meth:`process` with a watermark below it and no records emits nothing and changes
         nothing but the stored watermark, so a caller may skip the call (the Spark operator's
-        event-time timer is set to it). Trace (tumbling 10s, grace 5s): open ``[0,10000)``
-        and ``[10000,20000)`` → 15000.
+        event-time timeout or timer is set from it). Trace (tumbling 10s, grace 5s): open
+        ``[0,10000)`` and ``[10000,20000)`` → 15000.
         """
         if len(self._state) == 0:
             return None
