@@ -168,23 +168,14 @@ def make_state_fn(
     schema = revision_schema(engine_cfg.aggregates)
 
     def fn(key: Any, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or 0) if ctx else 0
+        batch_id = _batch_id()
         watermark_ms = max(0, int(state.getCurrentWatermarkMs()))
         now_ms = int(state.getCurrentProcessingTimeMs())
         engine = Engine.build(engine_cfg, state.get[0] if state.exists else None)
         batch, dead, close_all = _split_input([p for p in pdfs if len(p)], topic, batch_id,
                                               fields)
-        out = engine.process(batch, watermark_ms=watermark_ms, batch_id=batch_id, now_ms=now_ms)
-        revisions = [out.revisions.to_arrow()]
-        if close_all:
-            last = watermark_ms
-            if out.max_accepted_ts_ms is not None:
-                last = max(last, out.max_accepted_ts_ms - engine_cfg.watermark_delay_ms)
-            closed = engine.close_all(watermark_ms=last, batch_id=batch_id, now_ms=now_ms)
-            revisions.append(closed.revisions.to_arrow())
+        revisions, late = apply_step(
+            engine, Step(batch_id, watermark_ms, now_ms, close_all, batch))
         due = engine.next_close_ms
         if due is not None:
             state.update((engine.snapshot(),))
@@ -197,8 +188,8 @@ def make_state_fn(
             state.update((engine.snapshot(),))
         elif state.exists:
             state.remove()
-        chunks = encode_output(revisions=revisions, late=[out.late.to_arrow()], dead=dead,
-                               revision_schema=schema)
+        chunks = encode_output(revisions=[r.to_arrow() for r in revisions],
+                               late=[late.to_arrow()], dead=dead, revision_schema=schema)
         if chunks is not None:
             yield chunks
 
@@ -283,9 +274,9 @@ class ShardProcessor(_StatefulProcessor):
                 # Another worker ran the shard since: replay the steps it stored.
                 rest = skip_applied(self._log_entries(), stamp)
                 if rest is not None:
-                    return replay(engine, rest)[0]
+                    return replay(engine, rest)
         engine = Engine.build(self._cfg, b"".join(bytes(c[0]) for c in self._base.get()))
-        return replay(engine, self._log_entries())[0]
+        return replay(engine, self._log_entries())
 
     def _log_entries(self) -> Iterator[tuple[str, bytes]]:
         return ((str(r[0]), bytes(r[1])) for r in self._log.get())

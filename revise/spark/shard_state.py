@@ -261,16 +261,11 @@ class EngineCache:
         return len(self._items)
 
 
-def replay(engine: Engine, entries: Iterable[tuple[str, bytes]]) -> tuple[Engine, str, int]:
-    """Apply the log ``entries`` (nonce, step bytes) to ``engine``.
-
-    Returns the engine, the last entry's nonce ('' when none) and how many were applied.
-    """
-    tail, n = "", 0
-    for nonce, data in entries:
+def replay(engine: Engine, entries: Iterable[tuple[str, bytes]]) -> Engine:
+    """``engine`` after applying the log ``entries`` (nonce, step bytes) in order."""
+    for _nonce, data in entries:
         apply_step(engine, Step.decode(data))
-        tail, n = nonce, n + 1
-    return engine, tail, n
+    return engine
 
 
 def skip_applied(entries: Iterator[tuple[str, bytes]],
