@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from urllib.parse import urlparse
 
 import pyarrow as pa
 
@@ -112,6 +113,15 @@ class JobConfig:
                 flag = "--" + name.replace("_", "-")
                 msg = f"{flag} is required; give it on the command line or as REVISE_{name.upper()}"
                 raise ConfigError(msg)
+        if len(urlparse(self.checkpoint).scheme) > 1:  # one letter: a Windows drive
+            msg = (
+                f"--checkpoint {self.checkpoint!r} is a URI; revise keeps its job file and "
+                "close-all commands in the checkpoint folder with local file operations, so "
+                "give a folder that the driver and every executor reach under the same path: "
+                "a local folder on one machine, a shared mount (NFS, a FUSE-mounted bucket) on "
+                "a cluster"
+            )
+            raise ConfigError(msg)
         if not _QUERY_ID.match(self.engine.query_id):
             msg = (
                 f"--query-id {self.engine.query_id!r} is not a valid id; use letters, digits, "
