@@ -5,7 +5,8 @@ and under ``spark-submit`` the submitted master and settings win. Every session 
 
 - Delta Lake (SQL extension and catalog) and Spark's Kafka connector, from local jar paths
   resolved by :mod:`revise.infra.jars` (``spark.jars``; nothing is downloaded at query time);
-- the RocksDB state store provider, so the engine's state lives in Spark's checkpoint;
+- the RocksDB state store provider, so the engine's state lives in Spark's checkpoint, and
+  checkpoints written through Hadoop's ``FileSystem`` API (:data:`FILE_SYSTEM_CHECKPOINTS`);
 - UTC session time, Arrow transfers, and small shuffles suited to a few cores.
 """
 
@@ -26,9 +27,23 @@ from revise.redact import spark_redaction_conf
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ROCKSDB_PROVIDER", "long_run_conf", "spark_session", "sql_setting"]
+__all__ = ["FILE_SYSTEM_CHECKPOINTS", "ROCKSDB_PROVIDER", "long_run_conf", "spark_session",
+           "sql_setting"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+FILE_SYSTEM_CHECKPOINTS = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
+"""How every streaming query of a revise session writes its checkpoint (offset, commit and
+source logs, state store files): through Hadoop's ``FileSystem`` API, not Spark's default
+``FileContext``. Without Hadoop's native library (pip's pyspark has none) ``FileContext`` on a
+local folder runs six child processes for each file (``chmod`` of the file and its ``.crc``,
+``readlink`` of both sides of the rename, each with its ``.crc``): ~48 ms a file against
+~11 ms, and a micro-batch writes two on the driver and one per stateful task
+(docs/BENCHMARKS.md, *An empty micro-batch and Hadoop's local file system*). Files are still
+written under a temporary name and renamed into place; what this gives up is ``FileContext``'s
+refusal to replace a log entry that another instance on the same checkpoint renamed into place
+in the same instant (docs/RELIABILITY.md, *Spark's checkpoint on a local file system*)."""
 DRIVER_MEMORY = "3g"
 """The driver JVM's largest heap (``spark.driver.memory``) unless ``$REVISE_DRIVER_MEMORY``."""
 
@@ -132,6 +147,9 @@ def spark_session(
         # checkpoint uploaded per shard (docs/BENCHMARKS.md, issue 12); existing checkpoints
         # switch over on their next batch.
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # Session-wide: a query's sources create their logs through the session they were
+        # defined in, not the query's copy of it.
+        CHECKPOINT_FILE_MANAGER: FILE_SYSTEM_CHECKPOINTS,
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
