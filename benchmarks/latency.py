@@ -23,8 +23,11 @@ Figures, per system, over the windows whose first record was sent while feeding 
   native: the Kafka timestamp of its first output row, i.e. when Spark's sink sent it);
 - final-value latency: Kafka timestamp of the window's last input record → the first result
   whose ``count`` equals the number of records sent for it;
-- batch duration of micro-batches with input, and of those without (``records=0``): the cost of
-  an empty micro-batch;
+- batch duration of micro-batches with input while feeding, and of those without
+  (``records=0``, batch 0 excepted: it starts the query): the cost of an empty micro-batch.
+  Feeding leaves one of those (the watermark moves after the last record), so after the idle
+  run ``--empty-probes`` single records follow, each with event time = now and ``--probe-gap-s``
+  apart: each makes a one-record micro-batch and then an empty one, which closes windows;
 - input lag at the end of feeding (records the job had not taken yet).
 
 Ratios between the systems are measured side by side in one run; the machine's load is printed.
@@ -98,20 +101,25 @@ def _latencies(feeder: Feeder, rows: list[tuple[str, int, int, int]], fed_from_m
     return out
 
 
-def _batches(log_text: str) -> dict[str, Any]:
+def _batches(log_text: str, probes_from: int | None = None) -> dict[str, Any]:
     """Median and p95 batch duration (ms) of micro-batches with and without input.
 
-    Also the median of each part of a batch with input (``revise run``'s ``*_ms=`` fields).
+    Batches with input count up to batch ``probes_from`` (the probes' one-record batches are
+    not the workload's); batches without input count from batch 1 on (batch 0 starts the
+    query). Also the median of each part of a batch with input (``revise run``'s ``*_ms=``
+    fields).
     """
     full: list[int] = []
     empty: list[int] = []
     parts: dict[str, list[int]] = {}
     for line in log_text.splitlines():
         m = _BATCH.search(line)
-        if m is None:
+        if m is None or int(m.group(1)) == 0:
             continue
-        (empty if int(m.group(2)) == 0 else full).append(int(m.group(3)))
-        if int(m.group(2)):
+        if int(m.group(2)) == 0:
+            empty.append(int(m.group(3)))
+        elif probes_from is None or int(m.group(1)) < probes_from:
+            full.append(int(m.group(3)))
             for name, ms in _PART.findall(line):
                 parts.setdefault(name, []).append(int(ms))
     return {"batches": len(full) + len(empty),
@@ -207,14 +215,38 @@ def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> d
         fed_to = int(time.time() * 1000)
         lag = input_lag(bootstrap, topics["in"], work / "checkpoint")
         time.sleep(args.idle_s)
+        probes_from = _last_batch(run.log()) + 1
+        _probe_empty_batches(bootstrap, topics["in"], args.empty_probes, args.probe_gap_s)
     finally:
         feeder.stop.set()
         run.signal_group(15)
         run.wait(120)
     figures = {"system": system, "produced": feeder.produced, "lag_at_end_of_feed": lag}
-    figures |= _batches(run.log())
+    figures |= _batches(run.log(), probes_from)
     figures |= _latencies(feeder, _outputs(bootstrap, topics["out"]), fed_from, fed_to)
     return figures
+
+
+def _last_batch(log_text: str) -> int:
+    """The highest micro-batch id in a job's log (-1: none yet)."""
+    return max((int(m.group(1)) for m in _BATCH.finditer(log_text)), default=-1)
+
+
+def _probe_empty_batches(bootstrap: str, topic: str, probes: int, gap_s: float) -> None:
+    """Send ``probes`` single records, ``gap_s`` apart, each with event time = now.
+
+    Each one is a micro-batch of one record that moves the watermark, then an empty micro-batch
+    that closes what the watermark passed.
+    """
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(probes):
+        now = int(time.time() * 1000)
+        producer.produce(topic, key=b"probe", timestamp=now,
+                         value=f'{{"key":"probe-{i}","ts":{now},"value":1.0}}'.encode())
+        producer.flush(30)
+        time.sleep(gap_s)
 
 
 def _line(f: dict[str, Any]) -> str:
@@ -245,6 +277,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="feed this long before the measured --minutes; windows whose first "
                     "record went out then are not counted (the first batches with rows start "
                     "Spark's Python workers)")
+    ap.add_argument("--empty-probes", type=int, default=8,
+                    help="single records sent after the idle run, each followed by an empty "
+                         "micro-batch (samples of its cost)")
+    ap.add_argument("--probe-gap-s", type=float, default=2.0,
+                    help="seconds between those records")
     ap.add_argument("--bootstrap-servers")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--shuffle-partitions", type=int,

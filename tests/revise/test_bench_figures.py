@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.latency import _batches, _latencies
+from benchmarks.latency import _batches, _last_batch, _latencies
 from benchmarks.soak import Feeder
 
 
@@ -32,20 +32,31 @@ def test_first_result_and_final_value_latency_per_window():
 
 def test_batch_durations_split_into_batches_with_and_without_input():
     log = "\n".join([
-        "INFO revise batch=0 records=10 rec_per_s=1 watermark=x input_lag=0 batch_ms=900 "
+        "INFO revise batch=0 records=0 rec_per_s=0 watermark=x input_lag=0 batch_ms=3900",
+        "INFO revise batch=1 records=10 rec_per_s=1 watermark=x input_lag=0 batch_ms=900 "
         "elapsed_s=3.0 offsets_ms=10 plan_ms=40 sink_ms=800 log_ms=30 collect_ms=600 "
         "kafka_ms=50 delta_ms=150",
-        "INFO revise batch=1 records=0 rec_per_s=0 watermark=x input_lag=0 batch_ms=300",
-        "batch=2 records=0 batch_ms=500",  # the native child's line
-        "batch=3 records=7 batch_ms=1100",
+        "INFO revise batch=2 records=0 rec_per_s=0 watermark=x input_lag=0 batch_ms=300",
+        "batch=3 records=0 batch_ms=500",  # the native child's line
+        "batch=4 records=7 batch_ms=1100",
+        "batch=5 records=1 batch_ms=250",  # a probe's record
+        "batch=6 records=0 batch_ms=200",  # and the empty batch after it
     ])
-    got = _batches(log)
-    assert got["batches"] == 4 and got["empty_batches"] == 2
+    got = _batches(log, probes_from=5)
+    # batch 0 starts the query: neither kind; the probe's own batch is not the workload's
+    assert got["batches"] == 5 and got["empty_batches"] == 3
     assert got["batch_ms_p50"] in (900.0, 1_100.0) and got["empty_batch_ms_p95"] == 500.0
+    assert got["empty_batch_ms_p50"] == 300.0
     # the parts of the batches with input that print them (revise's, not the native child's)
     assert got["batch_parts_ms_p50"] == {
         "offsets": 10.0, "plan": 40.0, "sink": 800.0, "log": 30.0, "collect": 600.0,
         "kafka": 50.0, "delta": 150.0}
+    assert _batches(log)["batches"] == 6  # without probes every batch with input counts
+
+
+def test_the_last_batch_of_a_log():
+    assert _last_batch("batch=3 records=0 batch_ms=5\nbatch=12 records=4 batch_ms=9\n") == 12
+    assert _last_batch("starting\n") == -1
 
 
 def test_cpu_use_counts_the_block_by_process_kind():
