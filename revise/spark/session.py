@@ -38,8 +38,9 @@ FILE_SYSTEM_CHECKPOINTS = (
 source logs, state store files): through Hadoop's ``FileSystem`` API, not Spark's default
 ``FileContext``. Without Hadoop's native library (pip's pyspark has none) ``FileContext`` on a
 local folder runs six child processes for each file (``chmod`` of the file and its ``.crc``,
-``readlink`` of both sides of the rename, each with its ``.crc``): ~48 ms a file against
-~11 ms, and a micro-batch writes two on the driver and one per stateful task
+``readlink`` of both sides of the rename, each with its ``.crc``): ~30 ms a file against
+~8 ms (``python -m benchmarks.bench_checkpoint_files``), and a micro-batch writes two on the
+driver and one per stateful task
 (docs/BENCHMARKS.md, *An empty micro-batch and Hadoop's local file system*). Files are still
 written under a temporary name and renamed into place; what this gives up is ``FileContext``'s
 refusal to replace a log entry that another instance on the same checkpoint renamed into place
