@@ -14,7 +14,7 @@ from revise.spark.session import FILE_SYSTEM_CHECKPOINTS
 pytestmark = [pytest.mark.spark]
 
 
-def test_a_stateful_query_writes_its_logs_and_state_through_the_file_system_api(spark, tmp_path):
+def test_a_stateful_query_writes_its_checkpoint_through_the_file_system_api(spark, tmp_path):
     from pyspark.sql import functions as F
 
     checkpoint = tmp_path / "checkpoint"
@@ -26,6 +26,8 @@ def test_a_stateful_query_writes_its_logs_and_state_through_the_file_system_api(
         for _ in range(3):  # a few micro-batches, each with rows: state written and read back
             query.processAllAvailable()
         execution = query._jsq.streamingQuery()  # noqa: SLF001 - no public handle on the logs
+        # The state store takes its file manager from the same settings (the query's Hadoop
+        # configuration), so the logs stand for it.
         for log in (execution.offsetLog(), execution.commitLog()):
             assert log.fileManager().getClass().getName() == FILE_SYSTEM_CHECKPOINTS
         assert query.exception() is None
