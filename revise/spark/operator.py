@@ -24,7 +24,7 @@ rows back into one typed :class:`BatchTables`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -168,14 +168,10 @@ def make_state_fn(
     schema = revision_schema(engine_cfg.aggregates)
 
     def fn(key: Any, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
-        batch_id = _batch_id()
-        watermark_ms = max(0, int(state.getCurrentWatermarkMs()))
-        now_ms = int(state.getCurrentProcessingTimeMs())
+        step, dead = _read_step(pdfs, topic, fields, int(state.getCurrentWatermarkMs()),
+                                int(state.getCurrentProcessingTimeMs()))
         engine = Engine.build(engine_cfg, state.get[0] if state.exists else None)
-        batch, dead, close_all = _split_input([p for p in pdfs if len(p)], topic, batch_id,
-                                              fields)
-        revisions, late = apply_step(
-            engine, Step(batch_id, watermark_ms, now_ms, close_all, batch))
+        chunks = _apply(engine, step, dead, schema)
         due = engine.next_close_ms
         if due is not None:
             state.update((engine.snapshot(),))
@@ -188,8 +184,6 @@ def make_state_fn(
             state.update((engine.snapshot(),))
         elif state.exists:
             state.remove()
-        chunks = encode_output(revisions=[r.to_arrow() for r in revisions],
-                               late=[late.to_arrow()], dead=dead, revision_schema=schema)
         if chunks is not None:
             yield chunks
 
@@ -233,7 +227,7 @@ class ShardProcessor(_StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],  # noqa: N802 - Spark's
                         timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N803
         """Spark's hook: the shard's rows of this micro-batch."""
-        chunks = self._call(int(key[0]), [p for p in rows if len(p)], timerValues)
+        chunks = self._call(int(key[0]), rows, timerValues)
         if chunks is not None:
             yield chunks
 
@@ -247,19 +241,16 @@ class ShardProcessor(_StatefulProcessor):
     def close(self) -> None:
         """Spark's hook: nothing to release."""
 
-    def _call(self, shard: int, frames: list[pd.DataFrame],
+    def _call(self, shard: int, frames: Iterable[pd.DataFrame],
               timer_values: Any) -> pd.DataFrame | None:
-        batch_id = _batch_id()
-        watermark_ms = max(0, int(timer_values.getCurrentWatermarkInMs()))
-        now_ms = int(timer_values.getCurrentProcessingTimeInMs())
-        batch, dead, close_all = _split_input(frames, self._topic, batch_id, self._fields)
+        step, dead = _read_step(frames, self._topic, self._fields,
+                                int(timer_values.getCurrentWatermarkInMs()),
+                                int(timer_values.getCurrentProcessingTimeInMs()))
         meta = Meta.of(self._meta.get())
         engine = self._engine(shard, meta)
-        step = Step(batch_id, watermark_ms, now_ms, close_all, batch)
-        revisions, late = apply_step(engine, step)
+        chunks = _apply(engine, step, dead, self._schema)
         self._store(shard, meta, engine, step)
-        return encode_output(revisions=[r.to_arrow() for r in revisions],
-                             late=[late.to_arrow()], dead=dead, revision_schema=self._schema)
+        return chunks
 
     def _engine(self, shard: int, meta: Meta | None) -> Engine:
         """The shard's engine as stored: cached and caught up, or rebuilt."""
@@ -308,6 +299,26 @@ class ShardProcessor(_StatefulProcessor):
             new = Meta(meta.base_id, entries, records, nonce, timer)
         self._meta.update(new.row())
         _CACHE.put(self._token, shard, new.stamp, engine)
+
+
+def _read_step(frames: Iterable[pd.DataFrame], topic: str, fields: InputColumns,
+               watermark_ms: int, now_ms: int) -> tuple[Step, list[pa.Table]]:
+    """One call's :class:`~revise.spark.shard_state.Step` and the dead letters of its rows.
+
+    ``watermark_ms`` and ``now_ms`` are what Spark gives the call (a watermark below 0, before
+    the first one exists, counts as 0); the batch id is the running micro-batch's.
+    """
+    batch_id = _batch_id()
+    batch, dead, close_all = _split_input([f for f in frames if len(f)], topic, batch_id, fields)
+    return Step(batch_id, max(0, watermark_ms), now_ms, close_all, batch), dead
+
+
+def _apply(engine: Engine, step: Step, dead: list[pa.Table],
+           revision_schema: pa.Schema) -> pd.DataFrame | None:
+    """Apply ``step`` to ``engine``; its revisions, too-late records and ``dead`` as output rows."""
+    revisions, late = apply_step(engine, step)
+    return encode_output(revisions=[r.to_arrow() for r in revisions], late=[late.to_arrow()],
+                         dead=dead, revision_schema=revision_schema)
 
 
 def _batch_id() -> int:
