@@ -27,14 +27,14 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from revise.spark.session import FILE_SYSTEM_CHECKPOINTS
+from revise.spark.session import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS
 
 __all__ = ["main"]
 
 _FILE_CONTEXT = ("org.apache.spark.sql.execution.streaming.checkpointing."
                  "FileContextBasedCheckpointFileManager")
 VARIANTS = {
-    "filecontext": {"spark.sql.streaming.checkpointFileManagerClass": _FILE_CONTEXT},
+    "filecontext": {CHECKPOINT_FILE_MANAGER: _FILE_CONTEXT},
     "filesystem": {},
     "filesystem-raw": {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"},
 }
