@@ -12,6 +12,9 @@ Both are written by the job's driver from one micro-batch held as Arrow tables, 
   changes nothing. (Reading them with Spark is the query side's: :mod:`revise.query.views`.)
 - :mod:`sinks.delta_layout` — what keeps those tables' files from growing with an unbounded
   run: ``latest``'s bounded files and the history tables' background compaction.
+- :mod:`sinks.latest_merge` — the background MERGE into ``latest``: one MERGE for the
+  micro-batches that arrived while the last one ran, a bounded backlog, and a failed MERGE
+  stopping every later one (the job's next start redoes them from ``revisions``).
 
 Each module's docstring states its guarantee and how it holds. ``sinks`` writes revise's
 outputs (the changelog, the late and dead-letter topics, the Delta tables) and creates their

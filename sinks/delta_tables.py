@@ -25,12 +25,15 @@ no data change). If another writer commits the same app id between that read and
 ``latest`` is also idempotent by itself: it only replaces a row with a strictly higher
 revision, so a replay of the same revisions changes nothing.
 
-The job defers that MERGE (``write_batch(defer_latest=True)``): it runs in a background thread
-while Spark computes the next micro-batch, whose write waits for it first. On the issue-12
-workloads the MERGE is the Delta step's largest and only growing part (copy-on-write over a
-table of every open window). A crash can then lose the MERGE of a batch Spark has already
-recorded (and will not replay); :meth:`DeltaTables.catch_up_latest`, run at every start, redoes
-it from ``revisions``, whose app transaction version is ahead of ``latest``'s exactly then.
+The job defers that MERGE (``write_batch(defer_latest=True)``): it runs on a background thread
+(:class:`sinks.latest_merge.LatestMerger`) while Spark computes the next micro-batches, and
+merges the batches that arrived meanwhile in one MERGE. On the issue-12 workloads the MERGE is
+the Delta step's largest and only growing part (copy-on-write over a table of every open
+window), and a MERGE of several batches costs about as much as one. ``latest`` then trails
+``revisions`` by a few micro-batches at most (the merger's backlog is bounded). A crash can lose
+the MERGE of batches Spark has already recorded (and will not replay);
+:meth:`DeltaTables.catch_up_latest`, run at every start, redoes it from ``revisions``, whose
+app transaction version is ahead of ``latest``'s exactly then.
 
 Its place in the commit of a micro-batch is step 3 of ``revise.spark.committer.BatchCommitter``
 (3a–3d below). Reading the tables with Spark (the views, time travel) is the query side's:
@@ -45,7 +48,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -62,6 +65,7 @@ from sinks.delta_layout import (
     HistoryCompactor,
     bound_latest_files,
 )
+from sinks.latest_merge import REST_RATIO, LatestMerger, MergeFailed
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable as RustDeltaTable
@@ -149,10 +153,13 @@ class DeltaTables:
             from the environment (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``), as delta-rs does.
         revision_schema: The schema of ``revisions`` and ``latest`` (:func:`arrow_schema`):
             one set of aggregate columns per Delta root.
+        latest_rest_ratio: How long the background ``latest`` merger rests after a MERGE, in
+            multiples of that MERGE's duration (:class:`~sinks.latest_merge.LatestMerger`).
     """
 
     def __init__(self, path: str, *, storage_options: Mapping[str, str] | None = None,
-                 revision_schema: pa.Schema = REVISION_SCHEMA) -> None:
+                 revision_schema: pa.Schema = REVISION_SCHEMA,
+                 latest_rest_ratio: float = REST_RATIO) -> None:
         self.path = str(path).rstrip("/")
         self.revision_schema = revision_schema
         self.storage_options = dict(storage_options) if storage_options else None
@@ -160,9 +167,14 @@ class DeltaTables:
         self._tables: dict[str, RustDeltaTable] = {}
         self._updates: dict[str, int] = {}
         self._merges = 0
-        self._latest_pool: ThreadPoolExecutor | None = None
-        self._latest_pending: tuple[int, Future[float]] | None = None
+        self._merger = LatestMerger(lambda rows, app_id, b: self._merge_latest(rows, app_id, b),
+                                    rest_ratio=latest_rest_ratio)
         self._history = HistoryCompactor(self.table_path, self.storage_options)
+
+    @property
+    def latest_merges(self) -> int:
+        """Deferred MERGEs into ``latest`` so far (each covers one or more micro-batches)."""
+        return self._merger.merges
 
     def table_path(self, table: str) -> str:
         """``<path>/<table>``."""
@@ -236,25 +248,25 @@ class DeltaTables:
             after_table: Called with each table's name after its write, in the order 3a–3d (crash
                 tests kill the process there, with the other writes in any state); not for a
                 deferred ``latest``.
-            defer_latest: Run 3d in the background and return after 3a–3c: the MERGE then
-                overlaps whatever the caller does next (the job: Spark computing the next
-                micro-batch). At most one MERGE is pending: the next call (or :meth:`flush`)
-                waits for it first, so ``latest`` trails ``revisions`` by at most this batch.
-                A MERGE lost to a crash is redone from ``revisions`` by
-                :meth:`catch_up_latest`.
-            before_latest: Called in the background thread just before a deferred MERGE
-                (crash tests kill the process there).
+            defer_latest: Queue 3d for the background merger and return after 3a–3c: the
+                MERGE then overlaps whatever the caller does next (the job: Spark computing
+                the next micro-batches), and covers the batches queued meanwhile too
+                (:class:`~sinks.latest_merge.LatestMerger`). The call waits only when the
+                merger's backlog is full; :meth:`flush` merges it now. A MERGE lost to a
+                crash is redone from ``revisions`` by :meth:`catch_up_latest`.
+            before_latest: Called in the background thread just before the deferred MERGE
+                that includes this batch (crash tests kill the process there).
 
         Raises:
-            DeltaWriteError: a write failed (or the deferred MERGE of the batch before); the
+            DeltaWriteError: a write failed (or a deferred MERGE of a batch before); the
                 tables hold a prefix of the batch's writes and a replay completes the rest
-                (:meth:`catch_up_latest` the MERGE of the batch before).
+                (:meth:`catch_up_latest` the MERGE of the batches before).
         """
         app_id = _app_id(query_id)
         t0 = time.perf_counter()
         t: dict[str, float] = {}
-        if defer_latest:  # the MERGE of the batch before: done, or waited for here
-            t["latest"] = self._await_latest()
+        if defer_latest:  # the MERGEs of batches before: their seconds, and their errors
+            t["latest"] = self._latest_seconds()
 
         def done(table: str) -> None:
             if after_table is not None:
@@ -268,13 +280,8 @@ class DeltaTables:
                 "dead_letter", _add_query_id(dead_letters, query_id), app_id, batch_id
             ),
         }
-        def merge() -> float:
-            if defer_latest and before_latest is not None:
-                before_latest()
-            return self._merge_latest(revisions, app_id, batch_id)
-
         if not defer_latest:  # 3d. MERGE into latest, same app transaction
-            writes["latest"] = merge
+            writes["latest"] = lambda: self._merge_latest(revisions, app_id, batch_id)
         try:
             # The four tables are independent Delta logs: write them at once (delta-rs works
             # outside the GIL); each is idempotent on its own, so any prefix is safe to replay.
@@ -289,26 +296,34 @@ class DeltaTables:
                 f"failed ({type(e).__name__}: {e}); replaying the batch completes it"
             )
             raise DeltaWriteError(msg) from e
-        if defer_latest:  # 3d, in the background
-            if self._latest_pool is None:
-                self._latest_pool = ThreadPoolExecutor(1, thread_name_prefix="revise-latest")
-            self._latest_pending = (batch_id, self._latest_pool.submit(merge))
+        if defer_latest and revisions.num_rows:  # 3d, in the background
+            try:
+                self._merger.submit(app_id, batch_id,
+                                    _conform(revisions, self.revision_schema), before_latest)
+            except MergeFailed as e:
+                raise self._merge_failed(e) from e.cause
         self.last_timings = WriteTimings(
             t["revisions"], t["late"], t["dead_letter"], t["latest"], time.perf_counter() - t0
         )
 
     def flush(self, *, raise_error: bool = True) -> float:
-        """Wait for a deferred ``latest`` MERGE; the seconds it took (0.0: none pending).
+        """Merge the deferred ``latest`` backlog now and wait for it.
+
+        Returns the seconds of the MERGEs not yet reported by :meth:`write_batch` (0.0: none).
 
         Also waits for a running history compaction
         (:class:`~sinks.delta_layout.HistoryCompactor`), whose failure is never raised.
 
         Raises:
-            DeltaWriteError: it failed (:meth:`catch_up_latest` redoes it), unless
-                ``raise_error`` is false (then 0.0).
+            DeltaWriteError: a MERGE failed (:meth:`catch_up_latest` redoes it), unless
+                ``raise_error`` is false.
         """
         self._history.wait()
-        return self._await_latest(raise_error=raise_error)
+        try:
+            self._merger.flush(raise_error=raise_error)
+        except MergeFailed as e:
+            raise self._merge_failed(e) from e.cause
+        return self._merger.take_seconds()
 
     def catch_up_latest(self, query_id: str) -> int:
         """Bring ``latest`` up to ``revisions`` for ``query_id``; the revisions merged.
@@ -324,41 +339,44 @@ class DeltaTables:
             DeltaWriteError: reading ``revisions`` or the MERGE failed (a restart retries).
         """
         app_id = _app_id(query_id)
-        self._await_latest(raise_error=False)
+        self._merger.flush(raise_error=False)
         try:
             revisions = self._table("revisions")
             have = self._table("latest").transaction_version(app_id)
             want = revisions.transaction_version(app_id)
-            if want is None or (have is not None and have >= want):
-                return 0
-            rows = revisions.to_pyarrow_dataset().to_table(
-                filter=(pc.field("query_id") == query_id)
-                & (pc.field("batch_id") > (-1 if have is None else have)),
-            )
-            self._merge_latest(rows, app_id, want)
+            merged = 0
+            if want is not None and (have is None or have < want):
+                rows = revisions.to_pyarrow_dataset().to_table(
+                    filter=(pc.field("query_id") == query_id)
+                    & (pc.field("batch_id") > (-1 if have is None else have)),
+                )
+                self._merge_latest(rows, app_id, want)
+                merged = rows.num_rows
         except Exception as e:
             msg = (
                 f"bringing Delta latest under {self.path!r} up to revisions of query "
                 f"{query_id!r} failed ({type(e).__name__}: {e}); fix the cause and restart"
             )
             raise DeltaWriteError(msg) from e
-        return rows.num_rows
+        # latest holds every batch revisions holds: deferred MERGEs may go on from here.
+        self._merger.clear_error()
+        return merged
 
-    def _await_latest(self, *, raise_error: bool = True) -> float:
-        pending, self._latest_pending = self._latest_pending, None
-        if pending is None:
-            return 0.0
-        batch_id, future = pending
+    def _latest_seconds(self) -> float:
+        """Seconds of the deferred MERGEs since the last call; raises a failed one's error."""
         try:
-            return future.result()
-        except Exception as e:
-            if not raise_error:
-                return 0.0
-            msg = (
-                f"Delta MERGE into latest of batch {batch_id} under {self.path!r} failed "
-                f"({type(e).__name__}: {e}); a restart redoes it from revisions"
-            )
-            raise DeltaWriteError(msg) from e
+            self._merger.check()
+        except MergeFailed as e:
+            raise self._merge_failed(e) from e.cause
+        return self._merger.take_seconds()
+
+    def _merge_failed(self, e: MergeFailed) -> DeltaWriteError:
+        batches = ", ".join(map(str, e.batch_ids))
+        msg = (
+            f"Delta MERGE into latest of batch {batches} under {self.path!r} failed "
+            f"({type(e.cause).__name__}: {e.cause}); a restart redoes it from revisions"
+        )
+        return DeltaWriteError(msg)
 
     def schema(self, table: str) -> pa.Schema:
         """The Arrow schema this writer gives ``table`` (:func:`arrow_schema`)."""

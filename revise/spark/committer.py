@@ -65,6 +65,7 @@ class JobResult:
         commit_seconds: Time in the committer (s), of which ``collect_seconds`` computing and
             collecting the batch, ``kafka_seconds`` the Kafka transaction and
             ``delta_seconds`` the Delta writes; ``delta_table_seconds`` per table.
+        latest_merges: MERGEs into ``latest`` (one covers one or more micro-batches).
         last_watermark_ms: The highest watermark a committed revision carried (ms).
         stopped_by_signal: The run ended because the stop event was set.
         first_progress: Spark's progress report of the first micro-batch (None: no batch).
@@ -85,6 +86,7 @@ class JobResult:
     kafka_seconds: float = 0.0
     delta_seconds: float = 0.0
     delta_table_seconds: dict[str, float] = field(default_factory=dict)
+    latest_merges: int = 0
     last_watermark_ms: int = 0
     stopped_by_signal: bool = False
     first_progress: dict[str, Any] | None = None
@@ -180,11 +182,12 @@ class BatchCommitter:
            3b. append ``late``;
            3c. append ``dead_letter``;
            3d. MERGE ``latest`` (only a higher revision replaces a row), in the background:
-               it runs while Spark computes the next batch, whose step 3 waits for it first.
-               A MERGE lost to a crash after step 4 is redone from ``revisions`` when the job
-               starts again (``DeltaTables.catch_up_latest``).
+               it runs while Spark computes the next batches, and one MERGE covers the
+               batches that arrived meanwhile (``sinks.latest_merge``); step 3 waits only
+               when that backlog is full. A MERGE lost to a crash after step 4 is redone from
+               ``revisions`` when the job starts again (``DeltaTables.catch_up_latest``).
                [``before_latest``: in 3d's thread, once Spark has recorded the batch (step 4),
-               before the MERGE: no replay will redo it]
+               before the MERGE that holds it: no replay will redo it]
            [``after_delta``: 3a–3c written, 3d running, Spark has not recorded the batch]
         4. Return: Spark records the batch in its commit log. A crash anywhere before this
            replays the batch with the same offsets and state, so the same revisions, and

@@ -242,6 +242,7 @@ def run_job(
         latest_s = tables.flush(raise_error=ran)
     per_table = result.delta_table_seconds
     per_table["latest"] = per_table.get("latest", 0.0) + latest_s
+    result.latest_merges = tables.latest_merges
     if isinstance(committer.error, ProducerFencedError):
         raise committer.error
     result.seconds = time.monotonic() - t_start

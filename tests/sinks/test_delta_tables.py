@@ -288,33 +288,44 @@ def _latest_version(tables: DeltaTables, query_id: str = "q") -> int | None:
     return RustDeltaTable(tables.table_path("latest")).transaction_version(f"revise-{query_id}")
 
 
-def test_a_deferred_latest_merge_trails_by_at_most_one_batch_and_flush_completes_it(
+def test_deferred_latest_merges_coalesce_batches_and_end_as_synchronous_ones(
     spark, delta_path, frames, make_revision,
 ):
-    """The job's step 3d: the MERGE of batch b runs in the background; write_batch(b + 1)
-    waits for it before writing, flush() waits for the last one; the rows are the same as
-    with synchronous MERGEs, retracted session bounds included."""
+    """The job's step 3d: batches that arrive while the merger rests after a MERGE go into
+    one MERGE, tagged with the last batch id; after flush() latest holds the same rows as
+    with one synchronous MERGE per batch, retracted session bounds included, and a replay of
+    a coalesced batch changes nothing."""
     r = make_revision
     batches = [
         [r("a", 0, 10_000, 0, batch_id=0), r("s", 0, 3_000, 0, batch_id=0)],
         [r("a", 0, 10_000, 1, batch_id=1), r("s", 0, 3_000, 1, retracted=True, batch_id=1),
          r("s", 0, 5_000, 2, batch_id=1)],
         [r("a", 0, 10_000, 2, timing="FINAL", batch_id=2), r("b", 0, 10_000, 0, batch_id=2)],
+        [r("b", 0, 10_000, 1, batch_id=3), r("s", 0, 5_000, 3, retracted=True, batch_id=3),
+         r("s", 0, 9_000, 4, batch_id=3)],
     ]
-    deferred = DeltaTables(str(delta_path / "deferred")).ensure()
+    deferred = DeltaTables(str(delta_path / "deferred"), latest_rest_ratio=1e9).ensure()
     plain = DeltaTables(str(delta_path / "plain")).ensure()
     for b, rows in enumerate(batches):
         deferred.write_batch("q", b, frames.revisions(rows), frames.late(), frames.dead(),
                              defer_latest=True)
         plain.write_batch("q", b, frames.revisions(rows), frames.late(), frames.dead())
-        if b > 0:  # the call waited for the MERGE of the batch before
-            done = _latest_version(deferred)
-            assert done is not None and done >= b - 1, (b, done)
-    assert deferred.flush() > 0  # the last batch's MERGE ran, and took time
-    assert _latest_version(deferred) == 2
+        if b == 0:
+            assert deferred.flush() > 0  # batch 0's MERGE ran, and took time
+            merged_once = deferred.version("latest")
+    assert _latest_version(deferred) == 0  # 1-3 wait while the merger rests
+    assert deferred.flush() > 0
+    assert _latest_version(deferred) == 3
+    assert deferred.version("latest") == merged_once + 1  # one commit for batches 1-3
+    assert deferred.latest_merges == 2
     assert deferred.flush() == 0.0  # nothing pending any more
-    assert _latest(spark, deferred) == _latest(spark, plain) == {
-        ("a", 0, 10_000): 2, ("s", 0, 5_000): 2, ("b", 0, 10_000): 0}
+    want = {("a", 0, 10_000): 2, ("s", 0, 9_000): 4, ("b", 0, 10_000): 1}
+    assert _latest(spark, deferred) == _latest(spark, plain) == want
+    deferred.write_batch("q", 2, frames.revisions(batches[2]), frames.late(), frames.dead(),
+                         defer_latest=True)  # a replay of a coalesced batch
+    deferred.flush()
+    assert deferred.version("latest") == merged_once + 1
+    assert _latest(spark, deferred) == want
 
 
 def test_a_lost_latest_merge_is_redone_from_revisions_at_start(
