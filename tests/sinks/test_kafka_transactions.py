@@ -10,7 +10,14 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -28,7 +35,10 @@ def _read(bootstrap: str, topic: str, isolation: str, *, wait_s: float = 3.0) ->
                   "isolation.level": isolation, "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})
     try:
-        c.subscribe([topic])
+        # Assigned, not subscribed: a group join on a fresh broker first creates
+        # __consumer_offsets, which can take longer than wait_s (this test then read nothing).
+        partitions = c.list_topics(topic, timeout=10).topics[topic].partitions
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         out: list[bytes] = []
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
