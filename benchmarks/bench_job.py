@@ -186,7 +186,7 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
         "delta_write_s": round(result.delta_seconds, 1),
         "collect_s": round(result.collect_seconds, 1),
         "delta_tables_s": {k: round(v, 1) for k, v in result.delta_table_seconds.items()},
-        # Baseline trees from before the coalescing merger ran one MERGE per batch.
+        # None for a --baseline tree older than the coalescing merger (one MERGE per batch).
         "latest_merges": getattr(result, "latest_merges", None),
     }
 
