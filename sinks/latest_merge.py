@@ -47,7 +47,8 @@ __all__ = ["MAX_PENDING_BATCHES", "MAX_PENDING_ROWS", "REST_RATIO", "LatestMerge
 REST_RATIO: Final = 3.0
 """Rest this many times the last MERGE's duration before the next one."""
 MAX_PENDING_BATCHES: Final = 16
-"""Micro-batches the backlog holds at most (``latest`` trails ``revisions`` by no more)."""
+"""Micro-batches the backlog holds at most; with those of a running MERGE, ``latest`` trails
+``revisions`` by no more than twice this."""
 MAX_PENDING_ROWS: Final = 1_000_000
 """Revisions the backlog holds at most (its memory: ~100-300 bytes each as Arrow)."""
 
