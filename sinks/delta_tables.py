@@ -47,8 +47,9 @@ skipped (app version 5 ≤ 5); a stray rev 0 → ignored (0 < 1).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -265,8 +266,10 @@ class DeltaTables:
         app_id = _app_id(query_id)
         t0 = time.perf_counter()
         t: dict[str, float] = {}
-        if defer_latest:  # the MERGEs of batches before: their seconds, and their errors
-            t["latest"] = self._latest_seconds()
+        if defer_latest:  # the MERGEs of batches before: their errors, and their seconds
+            with self._merge_errors():
+                self._merger.check()
+            t["latest"] = self._merger.take_seconds()
 
         def done(table: str) -> None:
             if after_table is not None:
@@ -297,11 +300,9 @@ class DeltaTables:
             )
             raise DeltaWriteError(msg) from e
         if defer_latest and revisions.num_rows:  # 3d, in the background
-            try:
+            with self._merge_errors():
                 self._merger.submit(app_id, batch_id,
                                     _conform(revisions, self.revision_schema), before_latest)
-            except MergeFailed as e:
-                raise self._merge_failed(e) from e.cause
         self.last_timings = WriteTimings(
             t["revisions"], t["late"], t["dead_letter"], t["latest"], time.perf_counter() - t0
         )
@@ -319,10 +320,8 @@ class DeltaTables:
                 ``raise_error`` is false.
         """
         self._history.wait()
-        try:
+        with self._merge_errors():
             self._merger.flush(raise_error=raise_error)
-        except MergeFailed as e:
-            raise self._merge_failed(e) from e.cause
         return self._merger.take_seconds()
 
     def catch_up_latest(self, query_id: str) -> int:
@@ -362,21 +361,18 @@ class DeltaTables:
         self._merger.clear_error()
         return merged
 
-    def _latest_seconds(self) -> float:
-        """Seconds of the deferred MERGEs since the last call; raises a failed one's error."""
+    @contextmanager
+    def _merge_errors(self) -> Iterator[None]:
+        """A failed deferred MERGE (:class:`MergeFailed`) raised as :class:`DeltaWriteError`."""
         try:
-            self._merger.check()
+            yield
         except MergeFailed as e:
-            raise self._merge_failed(e) from e.cause
-        return self._merger.take_seconds()
-
-    def _merge_failed(self, e: MergeFailed) -> DeltaWriteError:
-        batches = ", ".join(map(str, e.batch_ids))
-        msg = (
-            f"Delta MERGE into latest of batch {batches} under {self.path!r} failed "
-            f"({type(e.cause).__name__}: {e.cause}); a restart redoes it from revisions"
-        )
-        return DeltaWriteError(msg)
+            batches = ", ".join(map(str, e.batch_ids))
+            msg = (
+                f"Delta MERGE into latest of batch {batches} under {self.path!r} failed "
+                f"({type(e.cause).__name__}: {e.cause}); a restart redoes it from revisions"
+            )
+            raise DeltaWriteError(msg) from e.cause
 
     def schema(self, table: str) -> pa.Schema:
         """The Arrow schema this writer gives ``table`` (:func:`arrow_schema`)."""
@@ -524,7 +520,3 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The schema's columns, in order, cast to its types (extra columns dropped)."""
     return table.select(schema.names).cast(schema)
 
-
-# --------------------------------------------------------------------------------------------
-# Views
-# --------------------------------------------------------------------------------------------
