@@ -20,7 +20,8 @@ from revise.kafka_config import KafkaSettings
 from revise.records import revision_schema
 
 __all__ = [
-    "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "STATE_LAYOUTS", "STATE_LAYOUT_KEY", "JobConfig",
+    "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "STATE_LAYOUTS",
+    "STATE_LAYOUT_KEY", "JobConfig",
 ]
 
 DEFAULT_SHARDS = 8
@@ -43,6 +44,15 @@ waiting ~0.5 s for the next micro-batch to start: first-result latency p50 1.25 
 records/s against 0.72 s at 500 ms (docs/BENCHMARKS.md). 250 ms gained little more and
 would double the Kafka transactions and Delta commits of a busy job; 0 (back to back) would
 ask Kafka for its end offsets every 10 ms while idle."""
+
+DEFAULT_DELTA_COMMIT_INTERVAL_MS = 5_000
+"""Least time between two commits of the Delta history tables (``--delta-commit-interval``).
+
+Each Delta commit adds a file to the table's log and each commit costs more as the log grows:
+one per micro-batch on the 500 ms trigger made the four tables' writes 37 → 105 ms per batch
+over 2,400 micro-batches (docs/BENCHMARKS.md). 5 s is ten micro-batches of a steady stream per
+commit while ``revision_history`` trails the changelog by seconds; a micro-batch that takes
+longer than that (a big backlog) is appended at once, as before (``sinks.history_stage``)."""
 
 _QUERY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -77,6 +87,9 @@ class JobConfig:
         ts_format: How ``ts_field`` holds the time: ``epoch_ms``, ``epoch_s``, ``epoch_us``
             or ``iso8601`` (with a zone).
         transactional: Exactly-once changelog (True) or a plain at-least-once producer.
+        delta_commit_interval_ms: Least time between two commits of the Delta history tables
+            (``revisions``, ``late``, ``dead_letter``); the micro-batches in between wait in
+            ``<checkpoint>/delta-staged`` (``sinks.history_stage``). 0: every micro-batch.
         progress_topic: Compacted topic of the changelog's progress markers.
         starting_offsets: Where a new checkpoint starts reading (``earliest``/``latest``).
         kafka: The user's Kafka client settings (SASL, TLS …) for every Kafka client of the
@@ -102,6 +115,7 @@ class JobConfig:
     value_field: str = "value"
     ts_format: str = "epoch_ms"
     transactional: bool = True
+    delta_commit_interval_ms: int = DEFAULT_DELTA_COMMIT_INTERVAL_MS
     progress_topic: str = "_revise_progress"
     starting_offsets: str = "earliest"
     kafka: KafkaSettings = field(default_factory=lambda: KafkaSettings(None))
@@ -140,6 +154,9 @@ class JobConfig:
             raise ConfigError(msg)
         if self.max_records_per_batch is not None and self.max_records_per_batch < 1:
             msg = f"--max-records-per-batch must be >= 1, got {self.max_records_per_batch}"
+            raise ConfigError(msg)
+        if self.delta_commit_interval_ms < 0:
+            msg = f"--delta-commit-interval must be >= 0ms, got {self.delta_commit_interval_ms}ms"
             raise ConfigError(msg)
         if self.trigger_ms is not None and self.trigger_ms < 0:
             msg = f"--trigger must be >= 0ms, got {self.trigger_ms}ms"

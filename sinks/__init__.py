@@ -15,6 +15,9 @@ Both are written by the job's driver from one micro-batch held as Arrow tables, 
 - :mod:`sinks.latest_merge` — the background MERGE into ``latest``: one MERGE for the
   micro-batches that arrived while the last one ran, a bounded backlog, and a failed MERGE
   stopping every later one (the job's next start redoes them from ``revisions``).
+- :mod:`sinks.history_stage` — the history tables' commits decoupled from the micro-batch:
+  the batches of the last few seconds wait durably in the checkpoint folder and go in one
+  append per table (the job's next start writes what a crash left there).
 
 Each module's docstring states its guarantee and how it holds. ``sinks`` writes revise's
 outputs (the changelog, the late and dead-letter topics, the Delta tables) and creates their

@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -66,6 +67,7 @@ from sinks.delta_layout import (
     HistoryCompactor,
     bound_latest_files,
 )
+from sinks.history_stage import HISTORY_TABLES, HistoryStage
 from sinks.latest_merge import REST_RATIO, LatestMerger, MergeFailed
 
 if TYPE_CHECKING:
@@ -156,11 +158,16 @@ class DeltaTables:
             one set of aggregate columns per Delta root.
         latest_rest_ratio: How long the background ``latest`` merger rests after a MERGE, in
             multiples of that MERGE's duration (:class:`~sinks.latest_merge.LatestMerger`).
+        stage: Where the history rows of micro-batches wait for a commit of several at once
+            (:class:`~sinks.history_stage.HistoryStage`); None appends every batch at once.
+        latest_min_rest_s: The least rest of the background ``latest`` merger after a MERGE
+            (the job gives its ``--delta-commit-interval``, as ``stage``'s interval).
     """
 
     def __init__(self, path: str, *, storage_options: Mapping[str, str] | None = None,
                  revision_schema: pa.Schema = REVISION_SCHEMA,
-                 latest_rest_ratio: float = REST_RATIO) -> None:
+                 latest_rest_ratio: float = REST_RATIO,
+                 stage: HistoryStage | None = None, latest_min_rest_s: float = 0.0) -> None:
         self.path = str(path).rstrip("/")
         self.revision_schema = revision_schema
         self.storage_options = dict(storage_options) if storage_options else None
@@ -169,8 +176,10 @@ class DeltaTables:
         self._updates: dict[str, int] = {}
         self._merges = 0
         self._merger = LatestMerger(lambda rows, app_id, b: self._merge_latest(rows, app_id, b),
-                                    rest_ratio=latest_rest_ratio)
+                                    rest_ratio=latest_rest_ratio,
+                                    min_rest_s=latest_min_rest_s)
         self._history = HistoryCompactor(self.table_path, self.storage_options)
+        self._stage = stage
 
     @property
     def latest_merges(self) -> int:
@@ -239,6 +248,10 @@ class DeltaTables:
             one replaces it, a new window is inserted unless retracted; equal or lower
             revisions change nothing.
 
+        With a ``stage``, 3a–3c of a batch that comes less than the stage's interval after the
+        last history commit are staged instead, and written with the other staged batches in
+        one append per table once the interval has passed (:meth:`_commit_staged`).
+
         Args:
             query_id: The job's stable id.
             batch_id: The Spark micro-batch id (the Delta app transaction version).
@@ -271,54 +284,143 @@ class DeltaTables:
                 self._merger.check()
             t["latest"] = self._merger.take_seconds()
 
-        def done(table: str) -> None:
-            if after_table is not None:
-                after_table(table)
-
-        writes: dict[str, Callable[[], float]] = {
-            # 3a, 3b, 3c: idempotent appends
-            "revisions": lambda: self._append("revisions", revisions, app_id, batch_id),
-            "late": lambda: self._append("late", _add_query_id(late, query_id), app_id, batch_id),
-            "dead_letter": lambda: self._append(
-                "dead_letter", _add_query_id(dead_letters, query_id), app_id, batch_id
-            ),
+        history = {
+            "revisions": revisions,
+            "late": _add_query_id(late, query_id),
+            "dead_letter": _add_query_id(dead_letters, query_id),
         }
+        history = {name: _conform(rows, self.schema(name)) for name, rows in history.items()}
+        writes: dict[str, Callable[[], float]] = {}
+        staged = self._stage is not None and self._stage.should_stage()
+        if staged:  # 3a-3c wait in the stage: one commit for several batches
+            self._stage_batch(app_id, batch_id, history)
+            t.update(dict.fromkeys(HISTORY_TABLES, 0.0))
+        else:  # 3a, 3b, 3c: idempotent appends
+            for name, rows in history.items():
+                writes[name] = partial(self._append, name, rows, app_id, batch_id)
         if not defer_latest:  # 3d. MERGE into latest, same app transaction
             writes["latest"] = lambda: self._merge_latest(revisions, app_id, batch_id)
+        failure = (f"Delta write of batch {batch_id} of query {query_id!r} under "
+                   f"{self.path!r} failed ({{error}}); replaying the batch completes it")
+        t.update(self._run_writes(writes, after_table, failure))
+        if self._stage is not None:
+            if not staged:
+                self._stage.committed()  # restarts the interval
+            elif self._stage.due():
+                t.update(self._commit_staged(after_table))
+        if defer_latest and revisions.num_rows:  # 3d, in the background
+            with self._merge_errors():
+                self._merger.submit(app_id, batch_id, history["revisions"], before_latest)
+        self.last_timings = WriteTimings(
+            t["revisions"], t["late"], t["dead_letter"], t["latest"], time.perf_counter() - t0
+        )
+
+    def _run_writes(self, writes: dict[str, Callable[[], float]],
+                    after_table: Callable[[str], None] | None, failure: str) -> dict[str, float]:
+        """Run independent table writes at once; each one's seconds.
+
+        ``after_table`` is called with each table's name once its write is done (crash tests
+        kill the process there); ``failure`` is the error message, with ``{error}``.
+
+        Raises:
+            DeltaWriteError: a write failed.
+        """
+        t: dict[str, float] = {}
+        if not writes:
+            return t
         try:
-            # The four tables are independent Delta logs: write them at once (delta-rs works
-            # outside the GIL); each is idempotent on its own, so any prefix is safe to replay.
+            # The tables are independent Delta logs: write them at once (delta-rs works outside
+            # the GIL); each is idempotent on its own, so any prefix is safe to replay.
             with ThreadPoolExecutor(len(writes), thread_name_prefix="revise-delta") as pool:
                 running = {name: pool.submit(write) for name, write in writes.items()}
                 for name, future in running.items():
                     t[name] = future.result()
-                    done(name)
+                    if after_table is not None:
+                        after_table(name)
         except Exception as e:
-            msg = (
-                f"Delta write of batch {batch_id} of query {query_id!r} under {self.path!r} "
-                f"failed ({type(e).__name__}: {e}); replaying the batch completes it"
-            )
+            raise DeltaWriteError(failure.replace("{error}", f"{type(e).__name__}: {e}")) from e
+        return t
+
+    def _stage_batch(self, app_id: str, batch_id: int, history: dict[str, pa.Table]) -> None:
+        assert self._stage is not None
+        try:
+            self._stage.stage(app_id, batch_id, history)
+        except OSError as e:
+            msg = (f"staging batch {batch_id} under {str(self._stage.directory)!r} failed "
+                   f"({type(e).__name__}: {e}); replaying the batch completes it")
             raise DeltaWriteError(msg) from e
-        if defer_latest and revisions.num_rows:  # 3d, in the background
-            with self._merge_errors():
-                self._merger.submit(app_id, batch_id,
-                                    _conform(revisions, self.revision_schema), before_latest)
-        self.last_timings = WriteTimings(
-            t["revisions"], t["late"], t["dead_letter"], t["latest"], time.perf_counter() - t0
-        )
+
+    def _commit_staged(self, after_table: Callable[[str], None] | None = None
+                       ) -> dict[str, float]:
+        """Append every staged batch to the history tables, one commit per table; seconds each.
+
+        A table receives only the staged batches above its app transaction version (a replayed
+        batch it already holds is skipped); the commit is tagged with the highest batch id.
+        The stage forgets the batches once all three tables hold them.
+
+        Raises:
+            DeltaWriteError: an append failed; the batches stay staged (the next commit, or
+                the next start's :meth:`recover_history`, retries them).
+        """
+        assert self._stage is not None
+        batches = self._stage.pending
+        if not batches:
+            return {}
+        app_id, last = batches[-1].app_id, batches[-1].batch_id
+
+        def append(name: str) -> float:
+            done = self._table(name).transaction_version(app_id)
+            rows = [b.tables[name] for b in batches if done is None or b.batch_id > done]
+            if not rows:
+                return 0.0
+            return self._append(name, pa.concat_tables(rows), app_id, last)
+
+        failure = (f"Delta write of the staged batches {batches[0].batch_id}-{last} under "
+                   f"{self.path!r} failed ({{error}}); they stay in "
+                   f"{str(self._stage.directory)!r} and the next start writes them")
+        t = self._run_writes({name: partial(append, name) for name in HISTORY_TABLES},
+                             after_table, failure)
+        self._stage.committed()
+        return t
+
+    def recover_history(self, query_id: str) -> int:
+        """Write the batches a previous run staged and did not commit; how many there were.
+
+        The job runs it at every start, before :meth:`catch_up_latest` and its first
+        micro-batch: those batches are in Kafka and Spark has recorded them, so nothing else
+        would bring them to the history tables (``sinks.history_stage``).
+
+        Raises:
+            DeltaWriteError: the appends failed (a restart retries; the batches stay staged).
+            StageError: the stage holds batches of another query.
+        """
+        if self._stage is None:
+            return 0
+        batches = self._stage.recover(_app_id(query_id),
+                                      {name: self.schema(name) for name in HISTORY_TABLES})
+        if batches:
+            self._commit_staged()
+        return len(batches)
 
     def flush(self, *, raise_error: bool = True) -> float:
         """Merge the deferred ``latest`` backlog now and wait for it.
 
         Returns the seconds of the MERGEs not yet reported by :meth:`write_batch` (0.0: none).
 
-        Also waits for a running history compaction
+        First appends the staged history rows (:class:`~sinks.history_stage.HistoryStage`),
+        and waits for a running history compaction
         (:class:`~sinks.delta_layout.HistoryCompactor`), whose failure is never raised.
 
         Raises:
-            DeltaWriteError: a MERGE failed (:meth:`catch_up_latest` redoes it), unless
-                ``raise_error`` is false.
+            DeltaWriteError: the staged appends (they stay staged for the next start's
+                :meth:`recover_history`) or a MERGE (:meth:`catch_up_latest` redoes it)
+                failed, unless ``raise_error`` is false.
         """
+        try:
+            self._commit_staged() if self._stage is not None else None
+        except DeltaWriteError:
+            if raise_error:
+                raise
         self._history.wait()
         with self._merge_errors():
             self._merger.flush(raise_error=raise_error)

@@ -11,7 +11,8 @@ highest revision per window) costs about as much as a MERGE of one.
 that arrive while it works or rests:
 
 - After a MERGE that took ``d`` seconds it rests ``d × rest_ratio`` seconds (default 3: the
-  MERGEs take at most about a quarter of a core), collecting batches; then it merges all of
+  MERGEs take at most about a quarter of a core), and at least ``min_rest_s`` (the job's
+  ``--delta-commit-interval``), collecting batches; then it merges all of
   them at once, tagged with the highest batch id (Delta's app transaction version: a replay
   of any of them is then a no-op). A cheap MERGE (a small table) rests for as little, so
   ``latest`` then trails ``revisions`` by about a micro-batch; an expensive one by a few.
@@ -80,15 +81,19 @@ class LatestMerger:
     Args:
         merge: The MERGE itself (``DeltaTables._merge_latest``).
         rest_ratio: Rest this many times the last MERGE's duration before the next.
+        min_rest_s: Rest at least this long after a MERGE (the job's
+            ``--delta-commit-interval``: cheap MERGEs then commit every few seconds, not
+            every micro-batch, and ``latest``'s log grows as slowly as the history tables').
         max_batches: The backlog's bound in micro-batches.
         max_rows: The backlog's bound in revisions.
     """
 
     def __init__(self, merge: Merge, *, rest_ratio: float = REST_RATIO,
-                 max_batches: int = MAX_PENDING_BATCHES,
+                 min_rest_s: float = 0.0, max_batches: int = MAX_PENDING_BATCHES,
                  max_rows: int = MAX_PENDING_ROWS) -> None:
         self._merge = merge
         self._rest_ratio = rest_ratio
+        self._min_rest_s = min_rest_s
         self._max_batches = max_batches
         self._max_rows = max_rows
         self._cond = threading.Condition()
@@ -190,7 +195,8 @@ class LatestMerger:
             with self._cond:
                 self._running = False
                 self._merged_s += took
-                self._ready_at = time.monotonic() + took * self._rest_ratio
+                rest = max(took * self._rest_ratio, self._min_rest_s)
+                self._ready_at = time.monotonic() + rest
                 if error is not None:
                     self._error = error
                     self._pending.clear()

@@ -55,6 +55,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--trigger", type=duration_type("--trigger"),
                    help="micro-batch interval (default: back-to-back with --once, else 500ms)")
     p.add_argument("--max-records-per-batch", type=int, help="cap on records per micro-batch")
+    p.add_argument("--delta-commit-interval", type=duration_type("--delta-commit-interval"),
+                   help="least time between two commits of the Delta history tables "
+                        "(revisions, late, dead_letter); the micro-batches in between wait in "
+                        "the checkpoint folder and go in one commit, so a run of days keeps "
+                        "Delta's log small (default 5s; 0s: commit every micro-batch)")
     p.add_argument("--once", action="store_true",
                    help="process the input available at start, close every window, stop")
     p.add_argument("--shards", type=int, default=DEFAULT_SHARDS,
@@ -107,6 +112,9 @@ def job_config_from_args(args: argparse.Namespace,
         value_field=args.value_field,
         ts_format=str(args.ts_format).strip().lower(),
         transactional=not args.no_transactions,
+        **({} if args.delta_commit_interval is None else
+           {"delta_commit_interval_ms": maybe_duration(args.delta_commit_interval,
+                                                       "--delta-commit-interval")}),
     )
 
 

@@ -175,16 +175,21 @@ class BatchCommitter:
                fails the query loudly; a fenced producer (another instance took over this
                query id) raises ``ProducerFencedError``.
            [``after_kafka``: Kafka committed, Delta not written]
-        3. Delta (``DeltaTables.write_batch``, from the same Arrow tables, at once),
-           each write tagged with the app transaction (revise-<query_id>, batch_id) so a
-           replayed batch is a no-op:
+        3. Delta (``DeltaTables.write_batch``, from the same Arrow tables), each write
+           tagged with the app transaction (revise-<query_id>, batch_id) so a replayed batch
+           is a no-op. 3a–3c run at once when the last history commit is older than
+           ``--delta-commit-interval``; otherwise the batch is staged (written durably to
+           ``<checkpoint>/delta-staged``) and they run for all staged batches, tagged with the
+           highest id, once the interval has passed (``sinks.history_stage``; the next start
+           writes a crash's staged batches before its first micro-batch):
            3a. append ``revisions``; [``during_delta``: after 3a, the others in any state]
            3b. append ``late``;
            3c. append ``dead_letter``;
            3d. MERGE ``latest`` (only a higher revision replaces a row), in the background:
                it runs while Spark computes the next batches, and one MERGE covers the
-               batches that arrived meanwhile (``sinks.latest_merge``); step 3 waits only
-               when that backlog is full. A MERGE lost to a crash after step 4 is redone from
+               batches that arrived meanwhile, at least the interval apart
+               (``sinks.latest_merge``); step 3 waits only when that backlog is full. A
+               MERGE lost to a crash after step 4 is redone from
                ``revisions`` when the job starts again (``DeltaTables.catch_up_latest``).
                [``before_latest``: in 3d's thread, once Spark has recorded the batch (step 4),
                before the MERGE that holds it: no replay will redo it]

@@ -48,6 +48,7 @@ from revise.spark.failures import (
 from revise.spark.session import long_run_conf, spark_session, sql_setting
 from revise.spark.stream import build_stream, write_close_all
 from sinks.delta_tables import DeltaSchemaError, DeltaTables
+from sinks.history_stage import HistoryStage
 from sinks.kafka import (
     ChangelogConfig,
     ProducerFencedError,
@@ -189,7 +190,9 @@ def run_job(
     preflight(cfg)
     kafka = cfg.kafka_settings
     try:  # before Spark starts: tables of another --aggs list are a configuration error
-        tables = DeltaTables(cfg.delta_path, revision_schema=cfg.revision_schema).ensure()
+        tables = DeltaTables(cfg.delta_path, revision_schema=cfg.revision_schema,
+                             stage=_history_stage(cfg),
+                             latest_min_rest_s=cfg.delta_commit_interval_ms / 1000).ensure()
     except DeltaSchemaError as exc:
         raise ConfigError(str(exc)) from None
     # The transactional producer's open (init_transactions, reading the progress topic: ~0.7 s)
@@ -199,6 +202,7 @@ def run_job(
         try:
             ends = (end_offsets(cfg.bootstrap_servers, cfg.input_topic,
                                 client_config=kafka.consumer_conf()) if cfg.once else None)
+            _recover_history(tables, cfg.query_id)
             _catch_up_latest(tables, cfg.query_id)
             spark = spark or spark_session(f"revise-{cfg.query_id}", master=master,
                                            extra_conf=driver_conf)
@@ -237,8 +241,9 @@ def run_job(
         if query.isActive:
             query.stop()
         changelog.close()
-        # The last batch's MERGE into latest (step 3d runs in the background). When the run
-        # failed, its error is the one raised; the next start redoes the MERGE.
+        # The staged history appends and the last batch's MERGE into latest (step 3d runs in
+        # the background). When the run failed, its error is the one raised; the next start
+        # writes the staged batches and redoes the MERGE.
         latest_s = tables.flush(raise_error=ran)
     per_table = result.delta_table_seconds
     per_table["latest"] = per_table.get("latest", 0.0) + latest_s
@@ -264,6 +269,22 @@ def _changelog(cfg: JobConfig) -> TransactionalChangelog:
         admin_config=kafka.admin_conf(),
         revision_schema=cfg.revision_schema,
     ))
+
+
+STAGE_DIR = "delta-staged"
+"""The checkpoint's sub-folder where micro-batches wait for their Delta history commit."""
+
+
+def _history_stage(cfg: JobConfig) -> HistoryStage:
+    return HistoryStage(Path(cfg.checkpoint) / STAGE_DIR, cfg.delta_commit_interval_ms / 1000)
+
+
+def _recover_history(tables: DeltaTables, query_id: str) -> None:
+    """Write the micro-batches the last run staged for Delta and did not commit (a crash)."""
+    batches = tables.recover_history(query_id)
+    if batches:
+        log.warning("Delta history caught up with %d staged micro-batches the last run had "
+                    "not committed", batches)
 
 
 def _catch_up_latest(tables: DeltaTables, query_id: str) -> None:

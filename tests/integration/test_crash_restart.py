@@ -1,5 +1,10 @@
 """Crash and restart: ``python -m revise run --once`` killed at every point of the commit
-sequence, restarted on the same checkpoint each time, then run to the end.
+sequence, restarted on the same checkpoint each time, then run to the end; and killed while
+micro-batches wait in the Delta history stage.
+
+The chain runs with ``--delta-commit-interval 0s`` (every micro-batch appended to the history
+tables at once), so each of its crash points falls in the batch it aims at; the staged commits
+of the default interval have their own test below.
 
 One checkpoint goes through the whole chain (each restart first replays the batch the last one died
 in, so every crash point also follows a replay of an earlier crash):
@@ -57,7 +62,7 @@ def test_kill_at_every_commit_point_loses_and_duplicates_nothing(
     stream = generate(GeneratorConfig(events=1_000, keys=10, seed=5, disorder_ms=2_000,
                                       late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.04))
     produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
-    args = setup.cli_args()
+    args = [*setup.cli_args(), "--delta-commit-interval", "0s"]
     history = []
 
     # 1.–5. each commit point, aimed at the first batch not yet committed
@@ -97,3 +102,36 @@ def test_kill_at_every_commit_point_loses_and_duplicates_nothing(
 
     report = check_run(setup)
     assert report.windows > 10 and report.late_revisions > 0 and report.too_late > 0, history
+
+
+def _staged(checkpoint: str) -> list[str]:
+    folder = Path(checkpoint) / "delta-staged"
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def test_kill_with_batches_staged_for_delta_loses_and_duplicates_nothing(job_setup, tmp_path):
+    """Micro-batches Spark has recorded but whose history rows wait in the stage (a long
+    ``--delta-commit-interval``) are written by the next start, before its first batch."""
+    setup = job_setup("staged", window="tumbling:2s", grace_ms=3_000, max_records_per_batch=200)
+    stream = generate(GeneratorConfig(events=1_000, keys=10, seed=7, disorder_ms=2_000,
+                                      late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.04))
+    produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
+    args = [*setup.cli_args(), "--delta-commit-interval", "1h"]
+
+    # batch 0 is appended at once (no commit yet), 1 and 2 wait in the stage; killed in batch 3
+    run = CliRun(args, cwd=tmp_path, env={"REVISE_CRASH_AT": "before_kafka:3"},
+                 log=tmp_path / "run-staged.log")
+    rc = run.wait(RUN_TIMEOUT_S)
+    assert rc == -signal.SIGKILL, f"no crash (rc={rc}):\n{run.tail()}"
+    assert _next_batch(setup.checkpoint) == 3, "Spark had not recorded batches 0-2"
+    assert _staged(setup.checkpoint) == ["batch-000000000001", "batch-000000000002"]
+    app = f"revise-{setup.query_id}"
+    assert RustDeltaTable(f"{setup.delta_path}/revisions").transaction_version(app) == 0
+
+    run = CliRun(args, cwd=tmp_path, log=tmp_path / "run-final.log")
+    rc = run.wait(RUN_TIMEOUT_S)
+    assert rc == 0, run.tail()
+    assert "Delta history caught up with 2 staged micro-batches" in run.log(), run.tail()
+    assert _staged(setup.checkpoint) == []  # the end of the run committed the rest
+    report = check_run(setup)
+    assert report.windows > 10 and report.too_late > 0

@@ -71,6 +71,25 @@ def test_without_rest_each_batch_is_merged_on_its_own():
     assert [c[1] for c in merge.calls] == [0, 1, 2, 3]
 
 
+def test_a_cheap_merge_still_rests_the_least_rest_then_takes_what_came_meanwhile():
+    merge = Recorder()  # each MERGE "takes" 1 ms: the ratio alone would rest 3 ms
+    merger = LatestMerger(merge, rest_ratio=3.0, min_rest_s=0.4)
+    merger.submit("revise-q", 0, rows(0))
+    deadline = time.monotonic() + 5
+    while not merge.calls and time.monotonic() < deadline:  # the first MERGE goes at once
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    for b in (1, 2, 3):
+        merger.submit("revise-q", b, rows(b))
+    time.sleep(0.1)
+    assert merge.calls == [("revise-q", 0, [0])]  # still resting
+    while len(merge.calls) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert merge.calls[1] == ("revise-q", 3, [1, 2, 3])
+    assert time.monotonic() - t0 >= 0.3
+    merger.flush()
+
+
 def test_a_full_backlog_is_merged_without_resting_and_holds_the_writer_meanwhile():
     merge = Recorder()
     merger = LatestMerger(merge, rest_ratio=NEVER, max_batches=2)
