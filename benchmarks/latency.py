@@ -10,6 +10,8 @@ waits until it has run its first micro-batch, then produces ``--rate`` records/s
 seconds and stops it.
 
 - ``revise``: ``revise run`` in revision mode, exactly-once changelog and Delta tables.
+- ``revise-every-batch``: the same with ``--delta-commit-interval 0s`` (every Delta table
+  committed per micro-batch, as before the commits were decoupled from it).
 - ``native``: Spark's own update-mode aggregation (``from_json``, ``withWatermark`` = grace,
   ``groupBy(window, key)`` with count and sum, RocksDB state store) writing each updated row to
   Kafka with Spark's Kafka sink (at-least-once), same trigger and the same driver JVM settings
@@ -131,7 +133,7 @@ def _batches(log_text: str, probes_from: int | None = None) -> dict[str, Any]:
 
 def _start(system: str, args: argparse.Namespace, bootstrap: str, topics: dict[str, str],
            work: Path) -> CliRun:
-    if system == "revise":
+    if system.startswith("revise"):
         argv = ["run", "--bootstrap-servers", bootstrap, "--input-topic", topics["in"],
                 "--changelog-topic", topics["out"], "--late-topic", topics["late"],
                 "--dead-letter-topic", topics["dead"], "--delta-path", str(work / "delta"),
@@ -143,6 +145,8 @@ def _start(system: str, args: argparse.Namespace, bootstrap: str, topics: dict[s
             argv += ["--shuffle-partitions", str(args.shuffle_partitions)]
         if args.state_layout:
             argv += ["--state-layout", args.state_layout]
+        if system == "revise-every-batch":
+            argv += ["--delta-commit-interval", "0s"]
         return CliRun(argv, cwd=work, log=work / "job.log")
     native_args = ["--native-child", bootstrap, topics["in"], topics["out"],
                    str(work / "checkpoint" / "spark"), args.window, str(args.grace_ms),
@@ -267,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=1000.0, help="input records/s")
     ap.add_argument("--minutes", type=float, default=2.0, help="how long to feed")
     ap.add_argument("--systems", nargs="+", default=["revise", "native"],
-                    choices=["revise", "native"])
+                    choices=["revise", "revise-every-batch", "native"])
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--window", default="tumbling:10s")
     ap.add_argument("--grace-ms", type=int, default=5000)

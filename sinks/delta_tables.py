@@ -46,6 +46,7 @@ skipped (app version 5 ≤ 5); a stray rev 0 → ignored (0 < 1).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -180,6 +181,7 @@ class DeltaTables:
                                     min_rest_s=latest_min_rest_s)
         self._history = HistoryCompactor(self.table_path, self.storage_options)
         self._stage = stage
+        self._history_lock = threading.Lock()  # the stage and its commits
 
     @property
     def latest_merges(self) -> int:
@@ -291,23 +293,24 @@ class DeltaTables:
         }
         history = {name: _conform(rows, self.schema(name)) for name, rows in history.items()}
         writes: dict[str, Callable[[], float]] = {}
-        staged = self._stage is not None and self._stage.should_stage()
-        if staged:  # 3a-3c wait in the stage: one commit for several batches
-            self._stage_batch(app_id, batch_id, history)
-            t.update(dict.fromkeys(HISTORY_TABLES, 0.0))
-        else:  # 3a, 3b, 3c: idempotent appends
-            for name, rows in history.items():
-                writes[name] = partial(self._append, name, rows, app_id, batch_id)
-        if not defer_latest:  # 3d. MERGE into latest, same app transaction
-            writes["latest"] = lambda: self._merge_latest(revisions, app_id, batch_id)
-        failure = (f"Delta write of batch {batch_id} of query {query_id!r} under "
-                   f"{self.path!r} failed ({{error}}); replaying the batch completes it")
-        t.update(self._run_writes(writes, after_table, failure))
-        if self._stage is not None:
-            if not staged:
-                self._stage.committed()  # restarts the interval
-            elif self._stage.due():
-                t.update(self._commit_staged(after_table))
+        with self._history_lock:  # against commit_due_history on the job's watch thread
+            staged = self._stage is not None and self._stage.should_stage()
+            if staged:  # 3a-3c wait in the stage: one commit for several batches
+                self._stage_batch(app_id, batch_id, history)
+                t.update(dict.fromkeys(HISTORY_TABLES, 0.0))
+            else:  # 3a, 3b, 3c: idempotent appends
+                for name, rows in history.items():
+                    writes[name] = partial(self._append, name, rows, app_id, batch_id)
+            if not defer_latest:  # 3d. MERGE into latest, same app transaction
+                writes["latest"] = lambda: self._merge_latest(revisions, app_id, batch_id)
+            failure = (f"Delta write of batch {batch_id} of query {query_id!r} under "
+                       f"{self.path!r} failed ({{error}}); replaying the batch completes it")
+            t.update(self._run_writes(writes, after_table, failure))
+            if self._stage is not None:
+                if not staged:
+                    self._stage.committed()  # restarts the interval
+                elif self._stage.due():
+                    t.update(self._commit_staged(after_table))
         if defer_latest and revisions.num_rows:  # 3d, in the background
             with self._merge_errors():
                 self._merger.submit(app_id, batch_id, history["revisions"], before_latest)
@@ -383,6 +386,27 @@ class DeltaTables:
         self._stage.committed()
         return t
 
+    def commit_due_history(self) -> bool:
+        """Commit the staged batches if their interval has passed; whether it did.
+
+        A job whose input stops leaves its last batches staged with no next batch to commit
+        them: the job's watch loop calls this every 0.2 s, so the tables trail the changelog
+        by about the interval also when nothing comes. It does nothing while a
+        :meth:`write_batch` holds the stage (that call commits what is due).
+
+        Raises:
+            DeltaWriteError: the appends failed; the batches stay staged.
+        """
+        if self._stage is None or not self._history_lock.acquire(blocking=False):
+            return False
+        try:
+            if not self._stage.due():
+                return False
+            self._commit_staged()
+            return True
+        finally:
+            self._history_lock.release()
+
     def recover_history(self, query_id: str) -> int:
         """Write the batches a previous run staged and did not commit; how many there were.
 
@@ -417,7 +441,9 @@ class DeltaTables:
                 failed, unless ``raise_error`` is false.
         """
         try:
-            self._commit_staged() if self._stage is not None else None
+            with self._history_lock:
+                if self._stage is not None:
+                    self._commit_staged()
         except DeltaWriteError:
             if raise_error:
                 raise

@@ -11,8 +11,10 @@ once (as before) when the last history commit is at least ``interval_s`` old, an
 **stage** them: write them to a local folder (one sub-folder per batch, Arrow IPC files,
 fsync'd, renamed into place), keep them in memory, and commit every staged batch in one Delta
 append per table once the interval has passed since the last commit (or the staged rows reach
-``max_rows``), tagged with the highest batch id. The job's ``latest`` MERGE is unaffected (it
-has its own background cadence, ``sinks.latest_merge``).
+``max_rows``), tagged with the highest batch id: at the next micro-batch, or from the job's
+watch loop (``DeltaTables.commit_due_history``, every 0.2 s) when the input has gone quiet and no
+micro-batch comes. The job's ``latest`` MERGE has its own background cadence
+(``sinks.latest_merge``), at least the same interval apart.
 
 Why it loses nothing: a batch is staged (durable on disk) before the commit returns to Spark,
 so a batch Spark has recorded and will never replay is either in the tables or in the folder.

@@ -47,7 +47,7 @@ from revise.spark.failures import (
 )
 from revise.spark.session import long_run_conf, spark_session, sql_setting
 from revise.spark.stream import build_stream, write_close_all
-from sinks.delta_tables import DeltaSchemaError, DeltaTables
+from sinks.delta_tables import DeltaSchemaError, DeltaTables, DeltaWriteError
 from sinks.history_stage import HistoryStage
 from sinks.kafka import (
     ChangelogConfig,
@@ -271,6 +271,8 @@ def _changelog(cfg: JobConfig) -> TransactionalChangelog:
     ))
 
 
+HISTORY_RETRY_S = 10.0
+"""Seconds before the watch loop retries a failed commit of staged Delta history batches."""
 STAGE_DIR = "delta-staged"
 """The checkpoint's sub-folder where micro-batches wait for their Delta history commit."""
 
@@ -344,6 +346,7 @@ class JobDriver:
         self.started = started
         self.last_batch_id = -1
         self.committed_at_start = last_committed_batch(cfg.checkpoint)
+        self._history_retry_at = 0.0
 
     def run(self) -> None:
         """Poll the query every 0.2 s until it ends, fails, is stopped or times out.
@@ -372,7 +375,23 @@ class JobDriver:
                 _stop_between_batches(query)
                 self._absorb()
                 return
+            self._commit_due_history()
             time.sleep(0.2)
+
+    def _commit_due_history(self) -> None:
+        """Commit the Delta history batches whose interval has passed with no batch after them.
+
+        A failure is logged and retried after :data:`HISTORY_RETRY_S`: the batches stay staged,
+        and the next micro-batch's own commit of them fails the job if Delta stays broken.
+        """
+        now = time.monotonic()
+        if now < self._history_retry_at:
+            return
+        try:
+            self.committer.tables.commit_due_history()
+        except DeltaWriteError as exc:
+            self._history_retry_at = now + HISTORY_RETRY_S
+            log.warning("%s (retried in %.0f s)", exc, HISTORY_RETRY_S)
 
     def _absorb(self) -> None:
         """Account the progress reports of batches not seen yet.

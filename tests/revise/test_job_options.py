@@ -123,6 +123,21 @@ def test_trigger_defaults_to_500ms_unbounded_back_to_back_once_and_the_option_wi
     assert "trigger_ms" not in config("--trigger", "2s").fingerprint()
 
 
+def test_delta_commit_interval_defaults_to_5s_and_reads_the_option_and_environment(
+        monkeypatch):
+    assert config().delta_commit_interval_ms == 5000
+    assert config("--delta-commit-interval", "0s").delta_commit_interval_ms == 0
+    monkeypatch.setenv("REVISE_DELTA_COMMIT_INTERVAL", "30s")
+    assert config().delta_commit_interval_ms == 30_000
+    assert config("--delta-commit-interval", "1m").delta_commit_interval_ms == 60_000
+    # Not part of the checkpoint's fingerprint: a restart may change it.
+    assert "delta_commit_interval_ms" not in config("--delta-commit-interval", "1m").fingerprint()
+    import dataclasses
+
+    with pytest.raises(ConfigError, match="--delta-commit-interval must be >= 0ms"):
+        dataclasses.replace(config(), delta_commit_interval_ms=-1)
+
+
 def test_a_checkpoint_keeps_its_state_layout(tmp_path):
     import dataclasses
     import json

@@ -167,3 +167,21 @@ def test_a_stage_of_another_query_is_refused(tmp_path, delta_path, batch):
     again = _tables(delta_path, HistoryStage(tmp_path / "stage", 5.0, clock=Clock()))
     with pytest.raises(StageError, match="another query"):
         again.recover_history("q")
+
+
+def test_staged_batches_are_committed_when_due_without_a_next_batch(tmp_path, delta_path, batch):
+    """The job's watch loop commits the last staged batches of an input that went quiet."""
+    clock = Clock()
+    stage = HistoryStage(tmp_path / "stage", 5.0, clock=clock)
+    tables = _tables(delta_path, stage)
+    tables.write_batch("q", 0, *batch(0))
+    clock.now += 1.0
+    tables.write_batch("q", 1, *batch(1))
+    assert tables.commit_due_history() is False  # 1 s after the last commit: not due
+    clock.now += 4.0
+    with tables._history_lock:  # a write_batch holds the stage: it commits, not this call
+        assert tables.commit_due_history() is False
+    assert _version(tables, "revisions") == 0
+    assert tables.commit_due_history() is True
+    assert _version(tables, "revisions") == 1 and _staged(stage) == []
+    assert tables.commit_due_history() is False  # nothing staged
