@@ -182,6 +182,9 @@ class DeltaTables:
         self._history = HistoryCompactor(self.table_path, self.storage_options)
         self._stage = stage
         self._history_lock = threading.Lock()  # the stage and its commits
+        self.unbatched_seconds: dict[str, float] = {}
+        """Seconds per history table of the staged commits made outside :meth:`write_batch`
+        (:meth:`commit_due_history`, :meth:`flush`): not in any batch's timings."""
 
     @property
     def latest_merges(self) -> int:
@@ -402,10 +405,14 @@ class DeltaTables:
         try:
             if not self._stage.due():
                 return False
-            self._commit_staged()
+            self._add_unbatched(self._commit_staged())
             return True
         finally:
             self._history_lock.release()
+
+    def _add_unbatched(self, seconds: dict[str, float]) -> None:
+        for name, took in seconds.items():
+            self.unbatched_seconds[name] = self.unbatched_seconds.get(name, 0.0) + took
 
     def recover_history(self, query_id: str) -> int:
         """Write the batches a previous run staged and did not commit; how many there were.
@@ -443,7 +450,7 @@ class DeltaTables:
         try:
             with self._history_lock:
                 if self._stage is not None:
-                    self._commit_staged()
+                    self._add_unbatched(self._commit_staged())
         except DeltaWriteError:
             if raise_error:
                 raise

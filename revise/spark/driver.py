@@ -247,6 +247,8 @@ def run_job(
         latest_s = tables.flush(raise_error=ran)
     per_table = result.delta_table_seconds
     per_table["latest"] = per_table.get("latest", 0.0) + latest_s
+    for name, seconds in tables.unbatched_seconds.items():  # staged commits between batches
+        per_table[name] = per_table.get(name, 0.0) + seconds
     result.latest_merges = tables.latest_merges
     if isinstance(committer.error, ProducerFencedError):
         raise committer.error

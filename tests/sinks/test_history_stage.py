@@ -184,4 +184,5 @@ def test_staged_batches_are_committed_when_due_without_a_next_batch(tmp_path, de
     assert _version(tables, "revisions") == 0
     assert tables.commit_due_history() is True
     assert _version(tables, "revisions") == 1 and _staged(stage) == []
+    assert tables.unbatched_seconds["revisions"] > 0  # the job adds these to its timings
     assert tables.commit_due_history() is False  # nothing staged
