@@ -2,7 +2,7 @@
 
 Run: ``python -m benchmarks.bench_delta_memory [--batches 700] [--rows 60]
 [--reload-every 50 1000000] [--allocator revise jemalloc] [--fresh-tables]
-[--property KEY=VALUE ...]``.
+[--property KEY=VALUE ...] [--commit-interval 0 5]``.
 
 For each ``--reload-every`` value and each ``--allocator`` setting (side by side, each in a
 fresh process so that one's heap does not hide the other's) — ``revise``: delta-rs's jemalloc
@@ -15,6 +15,12 @@ revisions (windows of 10 batches, revisions 0–9, no late records or dead lette
 ``update_incremental`` only). Prints the process's resident memory every 100 batches, the
 wall time and the mean milliseconds per batch of the last 100: a long-running job's driver must
 stay flat (issue 11's soak).
+
+``--commit-interval S`` (one child per value) writes as the job with
+``--delta-commit-interval S`` on the default 500 ms trigger: the micro-batches are 0.5 s apart
+on a simulated clock, the history tables get one commit per ``S`` seconds through a
+:class:`sinks.history_stage.HistoryStage`, and ``latest`` one MERGE per ``S`` seconds (the
+background merger's least rest); 0 is a commit of every table per micro-batch.
 """
 
 from __future__ import annotations
@@ -62,39 +68,57 @@ def revisions(batch: int, rows: int) -> pa.Table:
     return pa.table(cols, schema=REVISION_SCHEMA)
 
 
+TRIGGER_S = 0.5
+"""The simulated micro-batch interval of ``--commit-interval`` (the job's default trigger)."""
+
+
+# Longer than ~60 lines: one loop that writes, times and prints, as the job's driver would.
 def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False,
-        label: str = "", properties: dict[str, str] | None = None) -> None:
+        label: str = "", properties: dict[str, str] | None = None,
+        commit_interval_s: float | None = None) -> None:
     """Write the batches in this process and print its RSS every 100 batches.
 
     ``fresh``: the control experiment — every batch goes to new tables in a new folder (so no
     table ever has more than a couple of commits), which the job never does. ``properties``:
     Delta table properties set on the four tables before the first batch.
+    ``commit_interval_s``: write as the job with that ``--delta-commit-interval`` (module
+    docstring); None: the synchronous writes above.
     """
     import psutil
 
     import sinks.delta_tables as delta
     from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA
+    from sinks.history_stage import HistoryStage
 
     delta.RELOAD_EVERY = reload_every  # type: ignore[misc]  # the knob under test
     root = tempfile.mkdtemp(prefix="revise-bench-delta-")
-    tables = delta.DeltaTables(root).ensure()
+    now = [0.0]
+    stage = (None if commit_interval_s is None else
+             HistoryStage(f"{root}/stage", commit_interval_s, clock=lambda: now[0]))
+    tables = delta.DeltaTables(root, stage=stage).ensure()
     if properties:
         from deltalake import DeltaTable
 
         for name in TABLE_NAMES:
             DeltaTable(tables.table_path(name)).alter.set_table_properties(properties)
-        tables = delta.DeltaTables(root).ensure()  # re-open: a fresh snapshot
+        tables = delta.DeltaTables(root, stage=stage).ensure()  # re-open: a fresh snapshot
     late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
     proc, t0 = psutil.Process(), time.perf_counter()
     first, last, last_b = None, t0, 0
+    per_merge = max(1, round((commit_interval_s or 0) / TRIGGER_S))
     for b in range(batches):
         if fresh:
             tables = delta.DeltaTables(f"{root}/{b}").ensure()
-        tables.write_batch("bench", b, revisions(b, rows), late, dead)
+        now[0] = b * TRIGGER_S
+        tables.write_batch("bench", b, revisions(b, rows), late, dead,
+                           defer_latest=commit_interval_s is not None)
+        if commit_interval_s is not None and b % per_merge == 0:
+            tables.flush()  # the merger's MERGE, once per interval (its least rest)
         if b % 100 == 99 or b == batches - 1:
             rss = proc.memory_info().rss / MIB
             first = rss if first is None else first
-            print(f"{label:>8} {'fresh tables' if fresh else 'reload_every=':>13}"
+            interval = "" if commit_interval_s is None else f" interval={commit_interval_s:g}s"
+            print(f"{label:>8}{interval} {'fresh tables' if fresh else 'reload_every=':>13}"
                   f"{'' if fresh else reload_every:>7} batch={b + 1:>5} rss_mib={rss:7.1f} "
                   f"since_batch_100={rss - first:+6.1f} seconds={time.perf_counter() - t0:6.1f} "
                   f"ms_per_batch={(time.perf_counter() - last) * 1000 / (b + 1 - last_b):6.1f}",
@@ -117,17 +141,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                     help="a Delta table property set on the four tables first (repeatable), "
                          "e.g. delta.logRetentionDuration='interval 1 hours'")
+    ap.add_argument("--commit-interval", type=float, nargs="+", metavar="S",
+                    help="write as the job with --delta-commit-interval S (one run per value; "
+                         "0: every table committed per micro-batch), micro-batches 0.5 s apart")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--child-interval", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--child-fresh", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-label", default="", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child is not None:
         one(a.batches, a.rows, a.child, fresh=a.child_fresh, label=a.child_label,
-            properties=dict(p.split("=", 1) for p in a.property))
+            properties=dict(p.split("=", 1) for p in a.property),
+            commit_interval_s=a.child_interval)
         return 0
     for allocator in a.allocator:
         runs = [[str(every)] for every in a.reload_every]
         runs += [["50", "--child-fresh"]] if a.fresh_tables else []
+        if a.commit_interval:
+            runs = [[*run, f"--child-interval={s}"] for run in runs for s in a.commit_interval]
         # The child imports revise, which keeps a set variable: "" is jemalloc's defaults.
         env = {**os.environ, MALLOC_CONF_ENV: ALLOCATORS[allocator]}
         for run in runs:
