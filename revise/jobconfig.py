@@ -88,8 +88,9 @@ class JobConfig:
             or ``iso8601`` (with a zone).
         transactional: Exactly-once changelog (True) or a plain at-least-once producer.
         delta_commit_interval_ms: Least time between two commits of the Delta history tables
-            (``revisions``, ``late``, ``dead_letter``); the micro-batches in between wait in
-            ``<checkpoint>/delta-staged`` (``sinks.history_stage``). 0: every micro-batch.
+            (``revisions``, ``late``, ``dead_letter``; the micro-batches in between wait in
+            ``<checkpoint>/delta-staged``, ``sinks.history_stage``) and between two MERGEs
+            into ``latest``. 0: every micro-batch.
         progress_topic: Compacted topic of the changelog's progress markers.
         starting_offsets: Where a new checkpoint starts reading (``earliest``/``latest``).
         kafka: The user's Kafka client settings (SASL, TLS …) for every Kafka client of the

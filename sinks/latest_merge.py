@@ -14,8 +14,9 @@ that arrive while it works or rests:
   MERGEs take at most about a quarter of a core), and at least ``min_rest_s`` (the job's
   ``--delta-commit-interval``), collecting batches; then it merges all of
   them at once, tagged with the highest batch id (Delta's app transaction version: a replay
-  of any of them is then a no-op). A cheap MERGE (a small table) rests for as little, so
-  ``latest`` then trails ``revisions`` by about a micro-batch; an expensive one by a few.
+  of any of them is then a no-op). A cheap MERGE (a small table) rests ``min_rest_s``, so
+  ``latest`` then trails the changelog by about that long; an expensive one by a few
+  micro-batches.
 - The backlog is bounded (``max_batches`` micro-batches, ``max_rows`` revisions): a full
   backlog is merged as soon as the running MERGE ends, and :meth:`submit` waits for that
   (the job's only wait on ``latest``).
