@@ -22,7 +22,7 @@ from revise.cli.args import (
 )
 from revise.cli.kafka import kafka_settings
 from revise.config import parse_mode
-from revise.jobconfig import DEFAULT_SHARDS, JobConfig
+from revise.jobconfig import DEFAULT_DELTA_COMMIT_INTERVAL_MS, DEFAULT_SHARDS, JobConfig
 from revise.kafka_config import (
     KafkaSettings,
     add_kafka_arguments,
@@ -89,6 +89,9 @@ def job_config_from_args(args: argparse.Namespace,
     ``--bootstrap-servers`` or the embedded broker.
     """
     bootstrap = kafka.bootstrap_servers if kafka is not None else None
+    delta_interval = maybe_duration(args.delta_commit_interval, "--delta-commit-interval")
+    if delta_interval is None:
+        delta_interval = DEFAULT_DELTA_COMMIT_INTERVAL_MS
     return JobConfig(
         bootstrap_servers=bootstrap or embedded_bootstrap(args.bootstrap_servers),
         kafka=kafka or KafkaSettings(None),
@@ -112,9 +115,7 @@ def job_config_from_args(args: argparse.Namespace,
         value_field=args.value_field,
         ts_format=str(args.ts_format).strip().lower(),
         transactional=not args.no_transactions,
-        **({} if args.delta_commit_interval is None else
-           {"delta_commit_interval_ms": maybe_duration(args.delta_commit_interval,
-                                                       "--delta-commit-interval")}),
+        delta_commit_interval_ms=delta_interval,
     )
 
 
