@@ -141,7 +141,10 @@ class HistoryStage:
         for name, rows in tables.items():
             if rows.num_rows:
                 _write_synced(tmp / f"{name}.arrow", rows)
-        (tmp / _META).write_text(json.dumps({"app_id": app_id, "batch_id": batch_id}))
+        with (tmp / _META).open("w") as f:
+            f.write(json.dumps({"app_id": app_id, "batch_id": batch_id}))
+            f.flush()
+            os.fsync(f.fileno())
         _fsync_dir(tmp)
         shutil.rmtree(final, ignore_errors=True)  # a replayed batch: same rows
         tmp.rename(final)
