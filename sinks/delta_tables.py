@@ -182,6 +182,10 @@ class DeltaTables:
         self._history = HistoryCompactor(self.table_path, self.storage_options)
         self._stage = stage
         self._history_lock = threading.Lock()  # the stage and its commits
+        self.after_history_commit: Callable[[str, int], None] | None = None
+        """Called after each table's write of a staged commit made outside :meth:`write_batch`
+        (:meth:`commit_due_history`, :meth:`flush`), with the table and the commit's highest
+        batch id (the job's crash tests kill the process there)."""
         self.unbatched_seconds: dict[str, float] = {}
         """Seconds per history table of the staged commits made outside :meth:`write_batch`
         (:meth:`commit_due_history`, :meth:`flush`): not in any batch's timings."""
@@ -313,7 +317,8 @@ class DeltaTables:
                 if not staged:
                     self._stage.committed()  # restarts the interval
                 elif self._stage.due():
-                    t.update(self._commit_staged(after_table))
+                    t.update(self._commit_staged(
+                        None if after_table is None else lambda name, _last: after_table(name)))
         if defer_latest and revisions.num_rows:  # 3d, in the background
             with self._merge_errors():
                 self._merger.submit(app_id, batch_id, history["revisions"], before_latest)
@@ -356,9 +361,11 @@ class DeltaTables:
                    f"({type(e).__name__}: {e}); replaying the batch completes it")
             raise DeltaWriteError(msg) from e
 
-    def _commit_staged(self, after_table: Callable[[str], None] | None = None
+    def _commit_staged(self, after_table: Callable[[str, int], None] | None = None
                        ) -> dict[str, float]:
         """Append every staged batch to the history tables, one commit per table; seconds each.
+
+        ``after_table(table, highest batch id)`` is called after each table's write.
 
         A table receives only the staged batches above its app transaction version (a replayed
         batch it already holds is skipped); the commit is tagged with the highest batch id.
@@ -384,8 +391,9 @@ class DeltaTables:
         failure = (f"Delta write of the staged batches {batches[0].batch_id}-{last} under "
                    f"{self.path!r} failed ({{error}}); they stay in "
                    f"{str(self._stage.directory)!r} and the next start writes them")
-        t = self._run_writes({name: partial(append, name) for name in HISTORY_TABLES},
-                             after_table, failure)
+        hook = None if after_table is None else partial(_call_with, after_table, last)
+        t = self._run_writes({name: partial(append, name) for name in HISTORY_TABLES}, hook,
+                             failure)
         self._stage.committed()
         return t
 
@@ -405,7 +413,7 @@ class DeltaTables:
         try:
             if not self._stage.due():
                 return False
-            self._add_unbatched(self._commit_staged())
+            self._add_unbatched(self._commit_staged(self.after_history_commit))
             return True
         finally:
             self._history_lock.release()
@@ -450,7 +458,7 @@ class DeltaTables:
         try:
             with self._history_lock:
                 if self._stage is not None:
-                    self._add_unbatched(self._commit_staged())
+                    self._add_unbatched(self._commit_staged(self.after_history_commit))
         except DeltaWriteError:
             if raise_error:
                 raise
@@ -638,6 +646,10 @@ def highest_per_window(revisions: pa.Table) -> pa.Table:
         differs = pc.not_equal(col.slice(1), col.slice(0, len(col) - 1))
         new_group[1:] |= differs.to_numpy(zero_copy_only=False)
     return ordered.filter(pa.array(new_group))
+
+
+def _call_with(hook: Callable[[str, int], None], batch_id: int, table: str) -> None:
+    hook(table, batch_id)
 
 
 def _app_id(query_id: str) -> str:

@@ -182,7 +182,8 @@ class BatchCommitter:
            ``<checkpoint>/delta-staged``) and they run for all staged batches, tagged with the
            highest id, once the interval has passed (``sinks.history_stage``; the next start
            writes a crash's staged batches before its first micro-batch):
-           3a. append ``revisions``; [``during_delta``: after 3a, the others in any state]
+           3a. append ``revisions``; [``during_delta``: after 3a, the others in any state;
+               also after 3a of a staged commit made between micro-batches or at the stop]
            3b. append ``late``;
            3c. append ``dead_letter``;
            3d. MERGE ``latest`` (only a higher revision replaces a row), in the background:
@@ -239,6 +240,15 @@ class BatchCommitter:
             self.error = exc
             raise
         # 4. return → Spark commits the batch
+
+    def after_history_commit(self, table: str, batch_id: int) -> None:
+        """The ``during_delta`` crash point of a staged commit outside a micro-batch's commit.
+
+        ``DeltaTables.after_history_commit``: a commit made between micro-batches or at the
+        stop; ``batch_id`` is its highest batch.
+        """
+        if table == "revisions":
+            self._crash("during_delta", batch_id)
 
     def _crash_once_recorded(self, point: str, batch_id: int, wait_s: float = 60.0) -> None:
         """The crash hook at ``point``, once Spark's commit log holds ``batch_id`` (or later)."""

@@ -177,6 +177,8 @@ def test_staged_batches_are_committed_when_due_without_a_next_batch(tmp_path, de
     tables.write_batch("q", 0, *batch(0))
     clock.now += 1.0
     tables.write_batch("q", 1, *batch(1))
+    calls: list[tuple[str, int]] = []
+    tables.after_history_commit = lambda table, b: calls.append((table, b))  # the crash hook
     assert tables.commit_due_history() is False  # 1 s after the last commit: not due
     clock.now += 4.0
     with tables._history_lock:  # a write_batch holds the stage: it commits, not this call
@@ -185,4 +187,5 @@ def test_staged_batches_are_committed_when_due_without_a_next_batch(tmp_path, de
     assert tables.commit_due_history() is True
     assert _version(tables, "revisions") == 1 and _staged(stage) == []
     assert tables.unbatched_seconds["revisions"] > 0  # the job adds these to its timings
+    assert sorted(calls) == [("dead_letter", 1), ("late", 1), ("revisions", 1)]
     assert tables.commit_due_history() is False  # nothing staged
