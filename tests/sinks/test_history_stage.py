@@ -51,6 +51,18 @@ def _version(tables: DeltaTables, name: str) -> int | None:
     return DeltaTable(tables.table_path(name)).transaction_version(APP)
 
 
+def _written(tmp_path, delta_path, batch, batches: int):
+    """A 5 s stage and its tables after batches ``0..batches-1``, one second apart: batch 0
+    appended at once, the others staged. Returns (clock, stage, tables)."""
+    clock = Clock()
+    stage = HistoryStage(tmp_path / "stage", 5.0, clock=clock)
+    tables = _tables(delta_path, stage)
+    for b in range(batches):
+        clock.now += 1.0 if b else 0.0
+        tables.write_batch("q", b, *batch(b))
+    return clock, stage, tables
+
+
 def _staged(stage: HistoryStage) -> list[str]:
     return sorted(p.name for p in stage.directory.iterdir()) if stage.directory.exists() else []
 
@@ -82,11 +94,7 @@ def test_batches_within_the_interval_wait_and_go_in_one_commit(tmp_path, delta_p
 
 def test_a_run_that_dies_with_staged_batches_writes_them_at_the_next_start(
         tmp_path, delta_path, batch):
-    clock = Clock()
-    stage = HistoryStage(tmp_path / "stage", 5.0, clock=clock)
-    tables = _tables(delta_path, stage)
-    for b in range(3):
-        tables.write_batch("q", b, *batch(b))
+    _clock, stage, tables = _written(tmp_path, delta_path, batch, 3)
     assert _staged(stage) == ["batch-000000000001", "batch-000000000002"]
     del tables  # the process dies: no flush
 
@@ -102,14 +110,7 @@ def test_a_run_that_dies_with_staged_batches_writes_them_at_the_next_start(
 def test_a_table_that_holds_a_staged_batch_is_not_given_it_again(tmp_path, delta_path, batch):
     """A commit cut short after ``revisions`` (killed at ``during_delta``), then the same
     batches again plus the replayed and a new one: each table gets each batch once."""
-    clock = Clock()
-    stage = HistoryStage(tmp_path / "stage", 5.0, clock=clock)
-    tables = _tables(delta_path, stage)
-    tables.write_batch("q", 0, *batch(0))
-    clock.now += 1.0
-    tables.write_batch("q", 1, *batch(1))
-    clock.now += 1.0
-    tables.write_batch("q", 2, *batch(2))
+    _clock, stage, tables = _written(tmp_path, delta_path, batch, 3)
     # revisions alone got batches 1-2 (as a commit killed after its first table leaves it)
     revs = [b.tables["revisions"] for b in stage.pending]
     tables._append("revisions", pa.concat_tables(revs), APP, 2)
@@ -171,12 +172,7 @@ def test_a_stage_of_another_query_is_refused(tmp_path, delta_path, batch):
 
 def test_staged_batches_are_committed_when_due_without_a_next_batch(tmp_path, delta_path, batch):
     """The job's watch loop commits the last staged batches of an input that went quiet."""
-    clock = Clock()
-    stage = HistoryStage(tmp_path / "stage", 5.0, clock=clock)
-    tables = _tables(delta_path, stage)
-    tables.write_batch("q", 0, *batch(0))
-    clock.now += 1.0
-    tables.write_batch("q", 1, *batch(1))
+    clock, stage, tables = _written(tmp_path, delta_path, batch, 2)
     calls: list[tuple[str, int]] = []
     tables.after_history_commit = lambda table, b: calls.append((table, b))  # the crash hook
     assert tables.commit_due_history() is False  # 1 s after the last commit: not due
