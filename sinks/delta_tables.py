@@ -182,10 +182,12 @@ class DeltaTables:
         self._history = HistoryCompactor(self.table_path, self.storage_options)
         self._stage = stage
         self._history_lock = threading.Lock()  # the stage and its commits
-        self.after_history_commit: Callable[[str, int], None] | None = None
-        """Called after each table's write of a staged commit made outside :meth:`write_batch`
-        (:meth:`commit_due_history`, :meth:`flush`), with the table and the commit's highest
-        batch id (the job's crash tests kill the process there)."""
+        self.after_write: Callable[[str, int], None] | None = None
+        """Called after each table's write with the table and the highest micro-batch the
+        write holds: 3a–3d of :meth:`write_batch` (not a deferred ``latest``), and every
+        staged commit, whether :meth:`write_batch`, :meth:`commit_due_history`,
+        :meth:`flush` or :meth:`recover_history` makes it. The job's crash tests kill the
+        process there (``during_delta``), with the other writes in any state."""
         self.unbatched_seconds: dict[str, float] = {}
         """Seconds per history table of the staged commits made outside :meth:`write_batch`
         (:meth:`commit_due_history`, :meth:`flush`): not in any batch's timings."""
@@ -235,7 +237,6 @@ class DeltaTables:
         late: pa.Table,
         dead_letters: pa.Table,
         *,
-        after_table: Callable[[str], None] | None = None,
         defer_latest: bool = False,
         before_latest: Callable[[], None] | None = None,
     ) -> None:
@@ -268,9 +269,6 @@ class DeltaTables:
                 cast to the table's).
             late: Too-late records with the SPEC §6 late columns.
             dead_letters: Dead letters with the SPEC §6 columns.
-            after_table: Called with each table's name after its write, in the order 3a–3d (crash
-                tests kill the process there, with the other writes in any state); not for a
-                deferred ``latest``.
             defer_latest: Queue 3d for the background merger and return after 3a–3c: the
                 MERGE then overlaps whatever the caller does next (the job: Spark computing
                 the next micro-batches), and covers the batches queued meanwhile too
@@ -312,13 +310,12 @@ class DeltaTables:
                 writes["latest"] = lambda: self._merge_latest(revisions, app_id, batch_id)
             failure = (f"Delta write of batch {batch_id} of query {query_id!r} under "
                        f"{self.path!r} failed ({{error}}); replaying the batch completes it")
-            t.update(self._run_writes(writes, after_table, failure))
+            t.update(self._run_writes(writes, batch_id, failure))
             if self._stage is not None:
                 if not staged:
                     self._stage.committed()  # restarts the interval
                 elif self._stage.due():
-                    t.update(self._commit_staged(
-                        None if after_table is None else lambda name, _last: after_table(name)))
+                    t.update(self._commit_staged())
         if defer_latest and revisions.num_rows:  # 3d, in the background
             with self._merge_errors():
                 self._merger.submit(app_id, batch_id, history["revisions"], before_latest)
@@ -326,12 +323,13 @@ class DeltaTables:
             t["revisions"], t["late"], t["dead_letter"], t["latest"], time.perf_counter() - t0
         )
 
-    def _run_writes(self, writes: dict[str, Callable[[], float]],
-                    after_table: Callable[[str], None] | None, failure: str) -> dict[str, float]:
+    def _run_writes(self, writes: dict[str, Callable[[], float]], batch_id: int,
+                    failure: str) -> dict[str, float]:
         """Run independent table writes at once; each one's seconds.
 
-        ``after_table`` is called with each table's name once its write is done (crash tests
-        kill the process there); ``failure`` is the error message, with ``{error}``.
+        :attr:`after_write` is called with each table's name and ``batch_id`` (the highest
+        batch the writes hold) once its write is done; ``failure`` is the error message,
+        with ``{error}``.
 
         Raises:
             DeltaWriteError: a write failed.
@@ -346,8 +344,8 @@ class DeltaTables:
                 running = {name: pool.submit(write) for name, write in writes.items()}
                 for name, future in running.items():
                     t[name] = future.result()
-                    if after_table is not None:
-                        after_table(name)
+                    if self.after_write is not None:
+                        self.after_write(name, batch_id)
         except Exception as e:
             raise DeltaWriteError(failure.replace("{error}", f"{type(e).__name__}: {e}")) from e
         return t
@@ -361,14 +359,12 @@ class DeltaTables:
                    f"({type(e).__name__}: {e}); replaying the batch completes it")
             raise DeltaWriteError(msg) from e
 
-    def _commit_staged(self, after_table: Callable[[str, int], None] | None = None
-                       ) -> dict[str, float]:
+    def _commit_staged(self) -> dict[str, float]:
         """Append every staged batch to the history tables, one commit per table; seconds each.
 
-        ``after_table(table, highest batch id)`` is called after each table's write.
-
         A table receives only the staged batches above its app transaction version (a replayed
-        batch it already holds is skipped); the commit is tagged with the highest batch id.
+        batch it already holds is skipped), read from the same snapshot the idempotence check
+        reads; the commit is tagged with the highest batch id.
         The stage forgets the batches once all three tables hold them.
 
         Raises:
@@ -381,19 +377,20 @@ class DeltaTables:
             return {}
         app_id, last = batches[-1].app_id, batches[-1].batch_id
 
-        def append(name: str) -> float:
-            done = self._table(name).transaction_version(app_id)
-            rows = [b.tables[name] for b in batches if done is None or b.batch_id > done]
-            if not rows:
-                return 0.0
-            return self._append(name, pa.concat_tables(rows), app_id, last)
+        def rows_after(name: str, done: int | None) -> pa.Table:
+            return pa.concat_tables(
+                [b.tables[name] for b in batches if done is None or b.batch_id > done])
 
         failure = (f"Delta write of the staged batches {batches[0].batch_id}-{last} under "
                    f"{self.path!r} failed ({{error}}); they stay in "
                    f"{str(self._stage.directory)!r} and the next start writes them")
-        hook = None if after_table is None else partial(_call_with, after_table, last)
-        t = self._run_writes({name: partial(append, name) for name in HISTORY_TABLES}, hook,
-                             failure)
+        writes: dict[str, Callable[[], float]] = {
+            # A table no staged batch has rows for is not even read (late, dead_letter).
+            name: (partial(self._append_after, name, partial(rows_after, name), app_id, last)
+                   if any(b.tables[name].num_rows for b in batches) else _nothing)
+            for name in HISTORY_TABLES
+        }
+        t = self._run_writes(writes, last, failure)
         self._stage.committed()
         return t
 
@@ -413,7 +410,7 @@ class DeltaTables:
         try:
             if not self._stage.due():
                 return False
-            self._add_unbatched(self._commit_staged(self.after_history_commit))
+            self._add_unbatched(self._commit_staged())
             return True
         finally:
             self._history_lock.release()
@@ -458,7 +455,7 @@ class DeltaTables:
         try:
             with self._history_lock:
                 if self._stage is not None:
-                    self._add_unbatched(self._commit_staged(self.after_history_commit))
+                    self._add_unbatched(self._commit_staged())
         except DeltaWriteError:
             if raise_error:
                 raise
@@ -553,11 +550,13 @@ class DeltaTables:
         table: str,
         app_id: str,
         batch_id: int,
-        write: Callable[[RustDeltaTable, CommitProperties], None],
+        write: Callable[[RustDeltaTable, CommitProperties, int | None], bool],
     ) -> float:
         """Run ``write`` as app transaction ``(app_id, batch_id)`` unless already committed.
 
-        Returns the seconds spent, 0.0 when skipped.
+        ``write`` gets the table, the commit properties and the table's version of ``app_id``
+        before it (None: none yet), and returns whether it committed anything. Returns the
+        seconds spent, 0.0 when skipped or nothing was written.
         """
         from deltalake.exceptions import CommitFailedError
         from deltalake.transaction import CommitProperties, Transaction
@@ -571,8 +570,7 @@ class DeltaTables:
                 return 0.0
             props = CommitProperties(app_transactions=[Transaction(app_id, batch_id)])
             try:
-                write(target, props)
-                return time.perf_counter() - t0
+                return time.perf_counter() - t0 if write(target, props, done) else 0.0
             except CommitFailedError:
                 # A concurrent commit won (perhaps this very batch, by a zombie): re-read.
                 self._tables.pop(table, None)
@@ -583,12 +581,25 @@ class DeltaTables:
     def _append(self, table: str, data: pa.Table, app_id: str, batch_id: int) -> float:
         if data.num_rows == 0:
             return 0.0
-        rows = _conform(data, self.schema(table))
+        return self._append_after(table, lambda _done: data, app_id, batch_id)
 
-        def write(target: RustDeltaTable, props: CommitProperties) -> None:
+    def _append_after(self, table: str, rows_after: Callable[[int | None], pa.Table],
+                      app_id: str, batch_id: int) -> float:
+        """Append ``rows_after(the table's version of app_id)`` as ``(app_id, batch_id)``.
+
+        Nothing is committed when those rows are empty (the staged batches above the table's
+        version had none for it).
+        """
+
+        def write(target: RustDeltaTable, props: CommitProperties, done: int | None) -> bool:
             from deltalake import write_deltalake
 
-            write_deltalake(target, rows, mode="append", commit_properties=props)
+            rows = rows_after(done)
+            if rows.num_rows == 0:
+                return False
+            write_deltalake(target, _conform(rows, self.schema(table)), mode="append",
+                            commit_properties=props)
+            return True
 
         took = self._idempotent(table, app_id, batch_id, write)
         if took:
@@ -606,7 +617,7 @@ class DeltaTables:
             f" AND t.window_start_ms >= {int(lo)} AND t.window_start_ms <= {int(hi)}"
         )
 
-        def write(target: RustDeltaTable, props: CommitProperties) -> None:
+        def write(target: RustDeltaTable, props: CommitProperties, _done: int | None) -> bool:
             (
                 target.merge(
                     source, predicate=on, source_alias="s", target_alias="t",
@@ -617,6 +628,7 @@ class DeltaTables:
                 .when_not_matched_insert_all(predicate="NOT s.retracted")
                 .execute()
             )
+            return True
 
         took = self._idempotent("latest", app_id, batch_id, write)
         if took:
@@ -648,8 +660,8 @@ def highest_per_window(revisions: pa.Table) -> pa.Table:
     return ordered.filter(pa.array(new_group))
 
 
-def _call_with(hook: Callable[[str, int], None], batch_id: int, table: str) -> None:
-    hook(table, batch_id)
+def _nothing() -> float:
+    return 0.0
 
 
 def _app_id(query_id: str) -> str:

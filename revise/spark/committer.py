@@ -226,8 +226,6 @@ class BatchCommitter:
             td = time.monotonic()
             self.tables.write_batch(
                 self.cfg.query_id, batch_id, revisions, out.late, out.dead,
-                after_table=lambda t: self._crash("during_delta", batch_id) if t == "revisions"
-                else None,
                 defer_latest=True,
                 before_latest=lambda: self._crash_once_recorded("before_latest", batch_id),
             )
@@ -241,11 +239,12 @@ class BatchCommitter:
             raise
         # 4. return → Spark commits the batch
 
-    def after_history_commit(self, table: str, batch_id: int) -> None:
-        """The ``during_delta`` crash point of a staged commit outside a micro-batch's commit.
+    def after_delta_write(self, table: str, batch_id: int) -> None:
+        """The ``during_delta`` crash point: after a write to ``revisions`` (step 3a).
 
-        ``DeltaTables.after_history_commit``: a commit made between micro-batches or at the
-        stop; ``batch_id`` is its highest batch.
+        ``DeltaTables.after_write``, so it fires wherever that write happens: in this batch's
+        step 3, or in a staged commit made between micro-batches or at the stop;
+        ``batch_id`` is the highest batch the write holds.
         """
         if table == "revisions":
             self._crash("during_delta", batch_id)

@@ -216,7 +216,7 @@ def run_job(
     result = JobResult(cfg.query_id)
     committer = BatchCommitter(cfg, changelog, tables, result,
                                crash_hook or crash_hook_from_env())
-    tables.after_history_commit = committer.after_history_commit
+    tables.after_write = committer.after_delta_write
     with sql_setting(spark, SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, cfg))):
         query = (
             stream.writeStream.outputMode("update")

@@ -174,7 +174,7 @@ def test_staged_batches_are_committed_when_due_without_a_next_batch(tmp_path, de
     """The job's watch loop commits the last staged batches of an input that went quiet."""
     clock, stage, tables = _written(tmp_path, delta_path, batch, 2)
     calls: list[tuple[str, int]] = []
-    tables.after_history_commit = lambda table, b: calls.append((table, b))  # the crash hook
+    tables.after_write = lambda table, b: calls.append((table, b))  # the crash hook
     assert tables.commit_due_history() is False  # 1 s after the last commit: not due
     clock.now += 4.0
     with tables._history_lock:  # a write_batch holds the stage: it commits, not this call
@@ -185,3 +185,31 @@ def test_staged_batches_are_committed_when_due_without_a_next_batch(tmp_path, de
     assert tables.unbatched_seconds["revisions"] > 0  # the job adds these to its timings
     assert sorted(calls) == [("dead_letter", 1), ("late", 1), ("revisions", 1)]
     assert tables.commit_due_history() is False  # nothing staged
+
+
+def test_a_table_with_nothing_new_staged_gets_no_commit(
+        tmp_path, delta_path, batch, late_table, dead_table):
+    """Staged batches without late records or dead letters commit nothing to those tables,
+    nor an empty commit to one that already holds the only staged rows it had; the write hook
+    sees every table's write, with the highest batch each holds."""
+    clock = Clock()
+    stage = HistoryStage(tmp_path / "stage", 5.0, clock=clock)
+    tables = _tables(delta_path, stage)
+    calls: list[tuple[str, int]] = []
+    tables.after_write = lambda table, b: calls.append((table, b))
+    tables.write_batch("q", 0, *batch(0))  # appended at once
+    assert sorted(calls) == [("dead_letter", 0), ("late", 0), ("latest", 0), ("revisions", 0)]
+    revs1, late1, _dead1 = batch(1)
+    clock.now += 1.0
+    tables.write_batch("q", 1, revs1, late1, dead_table([]))  # staged
+    tables._append("late", late1.add_column(0, "query_id", pa.array(["q"])), APP, 1)
+    before = {name: tables.version(name) for name in ("late", "dead_letter")}
+    calls.clear()
+    clock.now += 4.0
+    tables.write_batch("q", 2, batch(2)[0], late_table([]), dead_table([]))  # staged, due
+    assert _version(tables, "revisions") == 2
+    assert {name: tables.version(name) for name in before} == before  # no empty commit
+    assert _version(tables, "late") == 1 and _version(tables, "dead_letter") == 0
+    assert _rows(tables, "late") == [(0,), (1,)]
+    assert sorted(calls) == [("dead_letter", 2), ("late", 2), ("latest", 2), ("revisions", 2)]
+    assert _staged(stage) == []
