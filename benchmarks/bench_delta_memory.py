@@ -13,7 +13,8 @@ revisions (windows of 10 batches, revisions 0–9, no late records or dead lette
 (three appends skipped as empty or written, one MERGE into ``latest``), with
 :data:`sinks.delta_tables.RELOAD_EVERY` set to the value (1000000: never re-open, delta-rs's
 ``update_incremental`` only). Prints the process's resident memory every 100 batches, the
-wall time and the mean milliseconds per batch of the last 100: a long-running job's driver must
+wall time and the mean milliseconds per batch of the last 100, and of those the ``revisions``
+writes' (appends, or staged commits) and ``latest``'s (MERGEs): a long-running job's driver must
 stay flat (issue 11's soak).
 
 ``--commit-interval S`` (one child per value) writes as the job with
@@ -106,24 +107,42 @@ def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False,
     proc, t0 = psutil.Process(), time.perf_counter()
     first, last, last_b = None, t0, 0
     per_merge = max(1, round((commit_interval_s or 0) / TRIGGER_S))
+    spent = dict.fromkeys(("revisions", "latest"), 0.0)  # seconds since the last line
     for b in range(batches):
         if fresh:
             tables = delta.DeltaTables(f"{root}/{b}").ensure()
         now[0] = b * TRIGGER_S
         tables.write_batch("bench", b, revisions(b, rows), late, dead,
                            defer_latest=commit_interval_s is not None)
+        if tables.last_timings is not None:
+            spent["revisions"] += tables.last_timings.revisions
+            spent["latest"] += tables.last_timings.latest
         if commit_interval_s is not None and b % per_merge == 0:
-            tables.flush()  # the merger's MERGE, once per interval (its least rest)
+            spent["latest"] += tables.flush()  # the merger's MERGE, once per interval
         if b % 100 == 99 or b == batches - 1:
             rss = proc.memory_info().rss / MIB
             first = rss if first is None else first
             interval = "" if commit_interval_s is None else f" interval={commit_interval_s:g}s"
+            n = b + 1 - last_b
             print(f"{label:>8}{interval} {'fresh tables' if fresh else 'reload_every=':>13}"
                   f"{'' if fresh else reload_every:>7} batch={b + 1:>5} rss_mib={rss:7.1f} "
                   f"since_batch_100={rss - first:+6.1f} seconds={time.perf_counter() - t0:6.1f} "
-                  f"ms_per_batch={(time.perf_counter() - last) * 1000 / (b + 1 - last_b):6.1f}",
+                  f"ms_per_batch={_per_batch(time.perf_counter() - last, n):6.1f} "
+                  f"revisions_ms={_per_batch(spent['revisions'] + _unbatched(tables), n):5.1f} "
+                  f"latest_ms={_per_batch(spent['latest'], n):5.1f}",
                   flush=True)
             last, last_b = time.perf_counter(), b + 1
+            spent = dict.fromkeys(spent, 0.0)
+            tables.unbatched_seconds.clear()
+
+
+def _per_batch(seconds: float, batches: int) -> float:
+    return seconds * 1000 / batches
+
+
+def _unbatched(tables: object) -> float:
+    """Seconds of the staged ``revisions`` commits made by ``flush`` since they were cleared."""
+    return float(getattr(tables, "unbatched_seconds", {}).get("revisions", 0.0))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,9 +9,10 @@ is the MERGE's own seconds (``WriteTimings.latest``) and the rows it copied unch
 (delta-rs' ``num_target_rows_copied``), every ``--every`` batches, for two ``latest`` tables
 side by side on the same revisions:
 
-- ``bounded``: as revise creates it, ``delta.targetFileSize`` 8 MiB
-  (``sinks.delta_layout.LATEST_FILE_SIZE_KEY``);
-- ``unbounded``: 100 MiB, delta-rs's default, which is what ``latest`` had before.
+- ``bounded``: as revise creates it, ``delta.targetFileSize`` = ``LATEST_FILE_BYTES``
+  (``sinks.delta_layout``; 2 MiB, 8 MiB before 2026-11-26);
+- ``unbounded``: 100 MiB, delta-rs's default, which is what ``latest`` had before;
+- ``N MiB`` for each ``--file-mib N``: another bound, to choose one.
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--records", type=int, default=10_000, help="records per batch")
     p.add_argument("--batches", type=int, default=160)
     p.add_argument("--every", type=int, default=20, help="print every this many batches")
+    p.add_argument("--file-mib", type=float, action="append", default=[],
+                   help="also a latest table with this file bound (repeatable)")
     args = p.parse_args(argv)
+    variants = dict(_VARIANTS) | {f"{m:g} MiB": str(int(m * 2**20)) for m in args.file_mib}
 
     cfg = EngineConfig(WindowSpec.parse("tumbling:10s"), 10_000, query_id="bench")
     engine = Engine(cfg)
@@ -56,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = np.array([f"key-{i:06d}" for i in range(args.keys)], dtype=object)
     work = Path(tempfile.mkdtemp(prefix="revise-bench-latest-"))
     tables: dict[str, DeltaTables] = {}
-    for name, size in _VARIANTS.items():
+    for name, size in variants.items():
         tables[name] = DeltaTables(str(work / name)).ensure()
         if size is not None:
             DeltaTable(tables[name].table_path("latest")).alter.set_table_properties(
@@ -64,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tables[name] = DeltaTables(str(work / name)).ensure()  # re-open: a fresh snapshot
     print(f"{args.keys} keys, {args.records} records and {args.span_s} s of event time a "
           f"batch, tumbling 10 s, grace 10 s; MERGE ms (rows copied unchanged) per table")
-    print(f"{'batch':>5} {'latest rows':>11} " + " ".join(f"{n:>22}" for n in _VARIANTS))
+    print(f"{'batch':>5} {'latest rows':>11} " + " ".join(f"{n:>22}" for n in variants))
     late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
     span_ms = args.span_s * 1_000
     try:
