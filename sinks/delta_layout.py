@@ -24,6 +24,7 @@ from typing import Final
 
 __all__ = [
     "COMPACT_HISTORY_EVERY",
+    "EARLIER_LATEST_FILE_BYTES",
     "HISTORY_FILE_BYTES",
     "LATEST_FILE_BYTES",
     "LATEST_FILE_SIZE_KEY",
@@ -34,8 +35,8 @@ __all__ = [
 log = logging.getLogger("revise.delta")
 
 LATEST_FILE_SIZE_KEY: Final = "delta.targetFileSize"
-LATEST_FILE_BYTES: Final = 8 * 2**20
-"""Bounds the files of ``latest`` (8 MiB), which is what keeps a MERGE's cost bounded.
+LATEST_FILE_BYTES: Final = 2 * 2**20
+"""Bounds the files of ``latest`` (2 MiB), which is what keeps a MERGE's cost bounded.
 
 A MERGE rewrites every file holding a row it updates (copy-on-write). delta-rs writes a
 MERGE's output in the order it read it, new windows last, so files cut at this size each hold
@@ -43,8 +44,13 @@ a narrow range of window starts, and the MERGE's ``window_start_ms`` range skips
 few recent ones. With one unbounded file (delta-rs's default is 100 MiB, far above a small
 table), each MERGE that finalised the windows of the batch before rewrote the whole table:
 an unbounded run's MERGE grew with every window it ever wrote (425 ms at 692k rows and still
-growing, against 55–134 ms with this bound: ``python -m benchmarks.bench_latest_merge``).
+growing, against 55–134 ms with an 8 MiB bound: ``python -m benchmarks.bench_latest_merge``).
+The newest file still grows up to the bound and is rewritten by every MERGE until it is cut:
+2 MiB copies about a quarter of the rows 8 MiB did (39–68 ms against 57–226 ms a MERGE over
+951k rows, same benchmark with ``--file-mib 2``; docs/BENCHMARKS.md).
 """
+EARLIER_LATEST_FILE_BYTES: Final = (8 * 2**20,)
+"""Bounds an earlier revise gave ``latest``: replaced by :data:`LATEST_FILE_BYTES` at start."""
 COMPACT_HISTORY_EVERY: Final = 100
 """Compact a history table (``revisions``, ``late``, ``dead_letter``) after this many appends.
 
@@ -59,15 +65,18 @@ small files after it) at the next turn, so this bounds what a compaction rewrite
 
 
 def bound_latest_files(path: str, storage_options: dict[str, str] | None) -> None:
-    """Give the ``latest`` table at ``path`` :data:`LATEST_FILE_SIZE_KEY` unless it has one.
+    """Bound the files of the ``latest`` table at ``path`` unless it has a bound of its own.
 
-    For a ``latest`` created by an earlier revise, in one metadata commit (its next MERGE then
-    splits its files); a value a user set is kept.
+    Sets :data:`LATEST_FILE_SIZE_KEY` to :data:`LATEST_FILE_BYTES` on a ``latest`` created by
+    an earlier revise (without the property, or with one of :data:`EARLIER_LATEST_FILE_BYTES`),
+    in one metadata commit (its next MERGEs then cut its files); any other value is a user's
+    and is kept.
     """
     from deltalake import DeltaTable
 
     latest = DeltaTable(path, storage_options=storage_options)
-    if LATEST_FILE_SIZE_KEY not in latest.metadata().configuration:
+    have = latest.metadata().configuration.get(LATEST_FILE_SIZE_KEY)
+    if have is None or have in {str(b) for b in EARLIER_LATEST_FILE_BYTES}:
         latest.alter.set_table_properties({LATEST_FILE_SIZE_KEY: str(LATEST_FILE_BYTES)})
 
 

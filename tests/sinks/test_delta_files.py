@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 
 import sinks.delta_layout as delta_layout
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
-from sinks.delta_layout import LATEST_FILE_SIZE_KEY
+from sinks.delta_layout import LATEST_FILE_BYTES, LATEST_FILE_SIZE_KEY
 from sinks.delta_tables import DeltaTables
 
 pytestmark = [pytest.mark.delta]
@@ -93,7 +93,7 @@ def test_a_merge_copies_the_recent_files_not_the_whole_table(tmp_path):
 def test_ensure_bounds_latest_files_and_keeps_a_users_value(tmp_path):
     fresh = DeltaTables(str(tmp_path / "fresh")).ensure()
     conf = DeltaTable(fresh.table_path("latest")).metadata().configuration
-    assert conf[LATEST_FILE_SIZE_KEY] == str(8 * 2**20)
+    assert conf[LATEST_FILE_SIZE_KEY] == str(LATEST_FILE_BYTES)
 
     # A latest created by an earlier revise (no bound) gets it at the next start.
     old = DeltaTables(str(tmp_path / "old"))
@@ -101,16 +101,23 @@ def test_ensure_bounds_latest_files_and_keeps_a_users_value(tmp_path):
                       configuration={"delta.checkpointInterval": "10"})
     old.ensure()
     conf = DeltaTable(old.table_path("latest")).metadata().configuration
-    assert conf[LATEST_FILE_SIZE_KEY] == str(8 * 2**20)
+    assert conf[LATEST_FILE_SIZE_KEY] == str(LATEST_FILE_BYTES)
     assert conf["delta.checkpointInterval"] == "10"
+
+    # A latest given the bound of an earlier revise (8 MiB) gets today's.
+    DeltaTable(old.table_path("latest")).alter.set_table_properties(
+        {LATEST_FILE_SIZE_KEY: str(8 * 2**20)})
+    old.ensure()
+    conf = DeltaTable(old.table_path("latest")).metadata().configuration
+    assert conf[LATEST_FILE_SIZE_KEY] == str(LATEST_FILE_BYTES) == str(2 * 2**20)
 
     # A value the user set is theirs.
     DeltaTable(old.table_path("latest")).alter.set_table_properties(
-        {LATEST_FILE_SIZE_KEY: str(2**20)})
+        {LATEST_FILE_SIZE_KEY: str(2**19)})
     version = DeltaTable(old.table_path("latest")).version()
     old.ensure()
     again = DeltaTable(old.table_path("latest"))
-    assert again.metadata().configuration[LATEST_FILE_SIZE_KEY] == str(2**20)
+    assert again.metadata().configuration[LATEST_FILE_SIZE_KEY] == str(2**19)
     assert again.version() == version  # nothing committed
 
 
