@@ -46,8 +46,8 @@ table), each MERGE that finalised the windows of the batch before rewrote the wh
 an unbounded run's MERGE grew with every window it ever wrote (425 ms at 692k rows and still
 growing, against 55–134 ms with an 8 MiB bound: ``python -m benchmarks.bench_latest_merge``).
 The newest file still grows up to the bound and is rewritten by every MERGE until it is cut:
-2 MiB copies about a quarter of the rows 8 MiB did (39–68 ms against 57–226 ms a MERGE over
-951k rows, same benchmark with ``--file-mib 2``; docs/BENCHMARKS.md).
+2 MiB copies about a quarter of the rows 8 MiB did (39–68 ms against 57–156 ms a MERGE up to
+951k rows, compactions aside; same benchmark with ``--file-mib 2``; docs/BENCHMARKS.md).
 """
 EARLIER_LATEST_FILE_BYTES: Final = (8 * 2**20,)
 """Bounds an earlier revise gave ``latest``: replaced by :data:`LATEST_FILE_BYTES` at start."""
