@@ -1,0 +1,74 @@
+"""A day of ``revisions`` commits, fast-forwarded: what Delta's growing log costs each append.
+
+Run: ``python -m benchmarks.bench_delta_log [--commits 6000] [--rows 600]
+[--property KEY=VALUE ...]``.
+
+A job on the default ``--delta-commit-interval`` (5 s) commits to ``revisions`` once per 5 s:
+17,280 commits a day, each a new file in ``_delta_log`` that Delta keeps for
+``delta.logRetentionDuration`` (30 days). This appends ``--rows`` revisions per commit through
+``DeltaTables``' own idempotent append (an app transaction per commit, the history compaction
+every 100 appends in the background, as the job does), back to back, and prints every 1,000
+commits the files in ``_delta_log`` and the median and p95 milliseconds of the last 1,000
+appends. ``--property`` sets a table property first (e.g.
+``delta.logRetentionDuration=interval 2 minutes``: delta-rs then deletes expired log files at
+each checkpoint; back to back, two minutes hold a few thousand commits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Append ``--commits`` times; print a line every 1,000 commits."""
+    from deltalake import DeltaTable
+
+    from benchmarks.bench_delta_memory import revisions
+    from sinks.delta_tables import DeltaTables
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_delta_log",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--commits", type=int, default=6_000)
+    p.add_argument("--rows", type=int, default=600, help="revisions per commit (10 batches of 60)")
+    p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args(argv)
+
+    root = tempfile.mkdtemp(prefix="revise-bench-delta-log-")
+    tables = DeltaTables(root).ensure()
+    log_dir = f"{root}/revisions/_delta_log"
+    if args.property:
+        DeltaTable(tables.table_path("revisions")).alter.set_table_properties(
+            dict(kv.split("=", 1) for kv in args.property))
+        tables = DeltaTables(root).ensure()  # re-open: a fresh snapshot
+    print(f"{args.commits} appends of {args.rows} revisions to revisions, back to back"
+          + (f"; {', '.join(args.property)}" if args.property else ""), flush=True)
+    took: list[float] = []
+    t0 = time.perf_counter()
+    try:
+        for n in range(1, args.commits + 1):
+            rows = revisions(n, args.rows)
+            start = time.perf_counter()
+            tables._append("revisions", rows, "revise-bench", n)  # the job's idempotent append
+            took.append(time.perf_counter() - start)
+            if n % 1_000 == 0 or n == args.commits:
+                last = sorted(took[-1_000:])
+                print(f"commits={n:>6} log_files={len(os.listdir(log_dir)):>6} "
+                      f"append_ms_p50={statistics.median(last) * 1000:6.1f} "
+                      f"p95={last[int(0.95 * (len(last) - 1))] * 1000:6.1f} "
+                      f"elapsed_s={time.perf_counter() - t0:6.0f}", flush=True)
+        tables.flush()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
