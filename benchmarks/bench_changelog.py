@@ -137,6 +137,33 @@ class _Runner:
         return _timed(bare)
 
 
+def _passes(runner: _Runner, batches: list[pa.Table],
+            repeat: int) -> dict[str, list[tuple[float, float]]]:
+    """Per variant, (wall, CPU) µs a revision of each pass over ``batches``, round-robin."""
+    from sinks.kafka.codec import encode_revisions
+
+    n = sum(t.num_rows for t in batches)
+    per: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
+    try:
+        for pass_ in range(repeat):
+            totals = dict.fromkeys(VARIANTS, (0.0, 0.0))
+            for i, revisions in enumerate(batches):
+                encoded = encode_revisions(revisions)
+                shift = (pass_ + i) % len(VARIANTS)
+                for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                    wall, cpu = runner.run(variant, revisions, encoded)
+                    w, c = totals[variant]
+                    totals[variant] = (w + wall, c + cpu)
+            for v, (w, c) in totals.items():
+                per[v].append((w / n * 1e6, c / n * 1e6))
+            print(f"pass {pass_ + 1}: " + ", ".join(
+                f"{v} {per[v][-1][0]:.2f}" for v in VARIANTS) + " µs/revision (wall)",
+                flush=True)
+    finally:
+        runner.close()
+    return per
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Build the revisions, then time each variant on each micro-batch; print the figures."""
     from revise.infra import broker
@@ -160,32 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"(~{nbytes / max(batches[0].num_rows, 1):.0f} bytes a value), "
           f"{args.keys} keys, {args.window}; {args.repeat} passes", flush=True)
     work = Path(tempfile.mkdtemp(prefix="revise-bench-changelog-"))
-    started = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        started = broker.start(work / "broker")
-        bootstrap = started.bootstrap_servers
-    runner = _Runner(bootstrap, args.partitions)
-    per: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
     try:
-        for pass_ in range(args.repeat):
-            totals = dict.fromkeys(VARIANTS, (0.0, 0.0))
-            for i, revisions in enumerate(batches):
-                encoded = encode_revisions(revisions)
-                shift = (pass_ + i) % len(VARIANTS)
-                for variant in VARIANTS[shift:] + VARIANTS[:shift]:
-                    wall, cpu = runner.run(variant, revisions, encoded)
-                    w, c = totals[variant]
-                    totals[variant] = (w + wall, c + cpu)
-            for v, (w, c) in totals.items():
-                per[v].append((w / n * 1e6, c / n * 1e6))
-            print(f"pass {pass_ + 1}: " + ", ".join(
-                f"{v} {per[v][-1][0]:.2f}" for v in VARIANTS) + " µs/revision (wall)",
-                flush=True)
+        with broker.given_or_embedded(args.bootstrap, work / "broker") as bootstrap:
+            per = _passes(_Runner(bootstrap, args.partitions), batches, args.repeat)
     finally:
-        runner.close()
-        if started is not None:
-            broker.stop(work / "broker")
         shutil.rmtree(work, ignore_errors=True)
     print()
     print(f"| variant | wall µs / revision (median of {args.repeat}) | CPU µs / revision |")

@@ -386,12 +386,7 @@ def _parent(args: argparse.Namespace) -> int:
     from revise.infra import broker
 
     work = Path(tempfile.mkdtemp(prefix="revise-bench-"))
-    started = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        started = broker.start(work / "broker")
-        bootstrap = started.bootstrap_servers
-    try:
+    with broker.given_or_embedded(args.bootstrap, work / "broker") as bootstrap:
         topic = f"bench-input-{uuid.uuid4().hex[:6]}"
         t0 = time.monotonic()
         stream = generate(GeneratorConfig(events=args.events, keys=args.keys, seed=42,
@@ -430,9 +425,6 @@ def _parent(args: argparse.Namespace) -> int:
             print(f"exactly-once cost vs plain producer{note}: {cost:+.1%} of throughput")
         if args.json:
             Path(args.json).write_text(json.dumps(runs, indent=2))
-    finally:
-        if started is not None:
-            broker.stop(work / "broker")
     return 0
 
 

@@ -305,20 +305,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from revise.infra import broker
 
     root = Path(tempfile.mkdtemp(prefix="revise-latency-"))
-    bootstrap = args.bootstrap_servers or broker.start(root / "broker").bootstrap_servers
     trigger = (f"default ({DEFAULT_TRIGGER_MS}ms)" if args.trigger_ms is None
                else f"{args.trigger_ms}ms")
-    print(f"latency: rate={args.rate:.0f}/s minutes={args.minutes} window={args.window} "
-          f"grace={args.grace_ms}ms trigger={trigger} "
-          f"load={os.getloadavg()[0]:.1f}", flush=True)
     results = []
-    try:
+    with broker.given_or_embedded(args.bootstrap_servers, root / "broker") as bootstrap:
+        print(f"latency: rate={args.rate:.0f}/s minutes={args.minutes} window={args.window} "
+              f"grace={args.grace_ms}ms trigger={trigger} "
+              f"load={os.getloadavg()[0]:.1f}", flush=True)
         for system in args.systems:
             results.append(_one(system, args, bootstrap, root))
             print(_line(results[-1]), flush=True)
-    finally:
-        if not args.bootstrap_servers:
-            broker.stop(root / "broker")
     print(f"load at the end: {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

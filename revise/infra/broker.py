@@ -26,6 +26,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,8 @@ from revise.infra.jars import classpath
 from revise.infra.procs import free_port, java, pid_alive, port_free, terminate
 
 __all__ = [
-    "BrokerCluster", "BrokerError", "default_home", "restart_node", "start", "status", "stop",
+    "BrokerCluster", "BrokerError", "default_home", "given_or_embedded", "restart_node", "start",
+    "status", "stop",
 ]
 
 _READY_TIMEOUT_S = 90.0
@@ -438,6 +440,23 @@ def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> Bro
     for n in cluster.nodes:
         terminate(n.pid, timeout_s=timeout_s)
     return cluster
+
+
+@contextlib.contextmanager
+def given_or_embedded(bootstrap_servers: str | None, home: Path) -> Iterator[str]:
+    """The ``bootstrap_servers`` given, or else an embedded broker's for the block.
+
+    The embedded broker is started under ``home`` and stopped after the block (the benchmarks'
+    default when no broker is given).
+    """
+    if bootstrap_servers:
+        yield bootstrap_servers
+        return
+    cluster = start(home)
+    try:
+        yield cluster.bootstrap_servers
+    finally:
+        stop(home)
 
 
 def restart_node(

@@ -78,6 +78,19 @@ def test_broker_lifecycle_keeps_data(tmp_path: Path) -> None:
         broker.stop(home)
 
 
+def test_given_or_embedded_starts_a_broker_only_when_none_is_given(tmp_path: Path) -> None:
+    home = tmp_path / "b"
+    with broker.given_or_embedded("example.invalid:9092", home) as given:
+        assert given == "example.invalid:9092"
+        assert broker.status(home) is None
+    with broker.given_or_embedded(None, home) as embedded:
+        cluster = broker.status(home)
+        assert cluster is not None and embedded == cluster.bootstrap_servers
+    assert broker.status(home) is None  # stopped after the block
+    for pid in cluster.pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+
+
 def test_broker_errors_are_clear(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
