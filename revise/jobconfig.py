@@ -18,6 +18,7 @@ from revise.errors import ConfigError
 from revise.inputspec import KAFKA_TIMESTAMP, InputSpec, parse_key_fields
 from revise.kafka_config import KafkaSettings
 from revise.records import revision_schema
+from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
     "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "STATE_LAYOUTS",
@@ -91,6 +92,11 @@ class JobConfig:
             (``revisions``, ``late``, ``dead_letter``; the micro-batches in between wait in
             ``<checkpoint>/delta-staged``, ``sinks.history_stage``) and between two MERGEs
             into ``latest``. 0: every micro-batch.
+        delta_log_retention_ms: How long the four Delta tables keep their log's commit files
+            (``--delta-log-retention``, ``delta.logRetentionDuration``; at least
+            ``sinks.delta_layout.MIN_LOG_RETENTION_MS``), set at start; None leaves each
+            table's own (Delta's default: 30 days). Bounds what each Delta write costs in a
+            run of days, and how far back a time travel reaches.
         progress_topic: Compacted topic of the changelog's progress markers.
         starting_offsets: Where a new checkpoint starts reading (``earliest``/``latest``).
         kafka: The user's Kafka client settings (SASL, TLS …) for every Kafka client of the
@@ -117,6 +123,7 @@ class JobConfig:
     ts_format: str = "epoch_ms"
     transactional: bool = True
     delta_commit_interval_ms: int = DEFAULT_DELTA_COMMIT_INTERVAL_MS
+    delta_log_retention_ms: int | None = None
     progress_topic: str = "_revise_progress"
     starting_offsets: str = "earliest"
     kafka: KafkaSettings = field(default_factory=lambda: KafkaSettings(None))
@@ -158,6 +165,11 @@ class JobConfig:
             raise ConfigError(msg)
         if self.delta_commit_interval_ms < 0:
             msg = f"--delta-commit-interval must be >= 0ms, got {self.delta_commit_interval_ms}ms"
+            raise ConfigError(msg)
+        if (self.delta_log_retention_ms is not None
+                and self.delta_log_retention_ms < MIN_LOG_RETENTION_MS):
+            msg = (f"--delta-log-retention must be at least 1m (a reader lists a table's log "
+                   f"before it reads the files), got {self.delta_log_retention_ms}ms")
             raise ConfigError(msg)
         if self.trigger_ms is not None and self.trigger_ms < 0:
             msg = f"--trigger must be >= 0ms, got {self.trigger_ms}ms"

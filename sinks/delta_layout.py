@@ -9,16 +9,20 @@ writes leave behind from growing with the run:
 - The history tables (``revisions``, ``late``, ``dead_letter``) gain a file or two per
   micro-batch; :class:`HistoryCompactor` compacts each of them every
   :data:`COMPACT_HISTORY_EVERY` appends, in a background thread.
+- Every table's ``_delta_log`` gains a commit file per commit and keeps it for
+  :data:`LOG_RETENTION_KEY` (Delta's default: 30 days); each file costs every later write.
+  :func:`retain_logs` sets a shorter retention when the job is given one
+  (``revise run --delta-log-retention``).
 
-Neither changes a row: time travel and the app transaction versions that make replays no-ops
-are kept.
+None changes a row: the app transaction versions that make replays no-ops are kept, and so is
+time travel, within the log's retention.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Final
 
@@ -28,8 +32,12 @@ __all__ = [
     "HISTORY_FILE_BYTES",
     "LATEST_FILE_BYTES",
     "LATEST_FILE_SIZE_KEY",
+    "LOG_RETENTION_KEY",
+    "MIN_LOG_RETENTION_MS",
     "HistoryCompactor",
     "bound_latest_files",
+    "log_retention_value",
+    "retain_logs",
 ]
 
 log = logging.getLogger("revise.delta")
@@ -62,6 +70,57 @@ and app transaction versions kept) bins them into files of up to :data:`HISTORY_
 HISTORY_FILE_BYTES: Final = 8 * 2**20
 """Target size of a compacted history file: a file below it is compacted again (with the
 small files after it) at the next turn, so this bounds what a compaction rewrites."""
+
+
+LOG_RETENTION_KEY: Final = "delta.logRetentionDuration"
+"""How long a table keeps a commit file of its log (Delta's default: ``interval 30 days``).
+
+Each time delta-rs writes a Delta checkpoint (every ``delta.checkpointInterval`` commits), it
+deletes the commit files older than this that come before a checkpoint itself older than this
+(so time travel reaches every version of the retention). Each file left costs every later
+write of the table: an append took ~6 ms plus ~8 ms per 1,000
+files in ``_delta_log`` on a local disk (``python -m benchmarks.bench_delta_log``), so at one
+commit per table every 5 s an append costs ~150 ms after a day and ~4 s after 30 days at the
+default. A time travel (``revise query --as-of-version``) reaches back as far as the files
+kept.
+"""
+MIN_LOG_RETENTION_MS: Final = 60_000
+"""The shortest ``--delta-log-retention``: a reader (``revise query``, the job's own history
+compaction) lists a table's log and then reads the files it listed; a retention of seconds
+lets delta-rs delete them in between."""
+
+_UNITS: Final = (("days", 86_400_000), ("hours", 3_600_000), ("minutes", 60_000),
+                 ("seconds", 1_000))
+
+
+def log_retention_value(ms: int) -> str:
+    """``ms`` as a Delta interval property in its largest whole unit: ``interval 6 hours``.
+
+    Both delta-rs and Delta on Spark read it; a time not in whole seconds is in milliseconds.
+    """
+    for unit, size in _UNITS:
+        if ms % size == 0:
+            return f"interval {ms // size} {unit}"
+    return f"interval {ms} milliseconds"
+
+
+def retain_logs(paths: Iterable[str], ms: int, storage_options: dict[str, str] | None,
+                ) -> list[str]:
+    """Give each table at ``paths`` a log retention of ``ms``, where it has another one.
+
+    One metadata commit per table whose :data:`LOG_RETENTION_KEY` differs (none where it is
+    already the value); the commit files already past the new retention go at a later Delta
+    checkpoint (:data:`LOG_RETENTION_KEY`). Returns the paths of the tables changed.
+    """
+    from deltalake import DeltaTable
+
+    want, changed = log_retention_value(ms), []
+    for path in paths:
+        table = DeltaTable(path, storage_options=storage_options)
+        if table.metadata().configuration.get(LOG_RETENTION_KEY) != want:
+            table.alter.set_table_properties({LOG_RETENTION_KEY: want})
+            changed.append(path)
+    return changed
 
 
 def bound_latest_files(path: str, storage_options: dict[str, str] | None) -> None:

@@ -46,6 +46,7 @@ skipped (app version 5 ≤ 5); a stray rev 0 → ignored (0 < 1).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -65,8 +66,11 @@ from revise.vocab import LATEST_KEY, TABLE_NAMES
 from sinks.delta_layout import (
     LATEST_FILE_BYTES,
     LATEST_FILE_SIZE_KEY,
+    LOG_RETENTION_KEY,
     HistoryCompactor,
     bound_latest_files,
+    log_retention_value,
+    retain_logs,
 )
 from sinks.history_stage import HISTORY_TABLES, HistoryStage
 from sinks.latest_merge import REST_RATIO, LatestMerger, MergeFailed
@@ -85,6 +89,8 @@ __all__ = [
     "highest_per_window",
 ]
 
+
+log = logging.getLogger("revise.delta")
 
 _APPEND_ONLY: Final = {"delta.appendOnly": "true", "delta.checkpointInterval": "20"}
 _PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
@@ -163,13 +169,18 @@ class DeltaTables:
             (:class:`~sinks.history_stage.HistoryStage`); None appends every batch at once.
         latest_min_rest_s: The least rest of the background ``latest`` merger after a MERGE
             (the job gives its ``--delta-commit-interval``, as ``stage``'s interval).
+        log_retention_ms: How long each table keeps its log's commit files
+            (``--delta-log-retention``, :func:`~sinks.delta_layout.retain_logs`), set by
+            :meth:`ensure`; None leaves each table's own (Delta's default: 30 days).
     """
 
     def __init__(self, path: str, *, storage_options: Mapping[str, str] | None = None,
                  revision_schema: pa.Schema = REVISION_SCHEMA,
                  latest_rest_ratio: float = REST_RATIO,
-                 stage: HistoryStage | None = None, latest_min_rest_s: float = 0.0) -> None:
+                 stage: HistoryStage | None = None, latest_min_rest_s: float = 0.0,
+                 log_retention_ms: int | None = None) -> None:
         self.path = str(path).rstrip("/")
+        self.log_retention_ms = log_retention_ms
         self.revision_schema = revision_schema
         self.storage_options = dict(storage_options) if storage_options else None
         self.last_timings: WriteTimings | None = None
@@ -207,7 +218,9 @@ class DeltaTables:
         ``latest`` is created last so every other table exists at any of its commit times
         (used by time travel in :func:`register_views`). An existing table is left as it is,
         except that a ``latest`` without its file bound (created by an earlier revise) gets it
-        (:func:`~sinks.delta_layout.bound_latest_files`).
+        (:func:`~sinks.delta_layout.bound_latest_files`), and that every table gets the
+        log retention this writer was given, if any
+        (:func:`~sinks.delta_layout.retain_logs`).
 
         Raises:
             DeltaSchemaError: ``revisions`` exists with other aggregate columns (a job with
@@ -215,16 +228,25 @@ class DeltaTables:
         """
         from deltalake import DeltaTable
 
-        for table in ("revisions", "late", "dead_letter", "latest"):
+        tables = ("revisions", "late", "dead_letter", "latest")
+        retention = ({} if self.log_retention_ms is None
+                     else {LOG_RETENTION_KEY: log_retention_value(self.log_retention_ms)})
+        for table in tables:
             DeltaTable.create(
                 self.table_path(table),
                 schema=self.schema(table),
                 mode="ignore",  # an existing table is left as it is
                 name=table,
-                configuration=dict(_PROPERTIES[table]),
+                configuration={**_PROPERTIES[table], **retention},
                 storage_options=self.storage_options,
             )
         bound_latest_files(self.table_path("latest"), self.storage_options)
+        if self.log_retention_ms is not None:
+            changed = retain_logs(map(self.table_path, tables), self.log_retention_ms,
+                                  self.storage_options)
+            if changed:
+                log.info("Delta log retention set to %s on %s", retention[LOG_RETENTION_KEY],
+                         ", ".join(changed))
         self._check_columns()
         return self
 

@@ -60,6 +60,12 @@ def add_parser(sub: Any) -> None:
                         "(revisions, late, dead_letter); the micro-batches in between wait in "
                         "the checkpoint folder and go in one commit, so a run of days keeps "
                         "Delta's log small (default 5s; 0s: commit every micro-batch)")
+    p.add_argument("--delta-log-retention", type=duration_type("--delta-log-retention"),
+                   help="how long the Delta tables keep their log's commit files, set on them "
+                        "at start (delta.logRetentionDuration; at least 1m): each file kept "
+                        "costs every later Delta write, and time travel reaches back this far "
+                        "(default: each table's own, Delta's 30 days; a run of days on a local "
+                        "disk wants 1d or less, docs/RELIABILITY.md)")
     p.add_argument("--once", action="store_true",
                    help="process the input available at start, close every window, stop")
     p.add_argument("--shards", type=int, default=DEFAULT_SHARDS,
@@ -116,6 +122,7 @@ def job_config_from_args(args: argparse.Namespace,
         ts_format=str(args.ts_format).strip().lower(),
         transactional=not args.no_transactions,
         delta_commit_interval_ms=delta_interval,
+        delta_log_retention_ms=maybe_duration(args.delta_log_retention, "--delta-log-retention"),
     )
 
 

@@ -192,7 +192,8 @@ def run_job(
     try:  # before Spark starts: tables of another --aggs list are a configuration error
         tables = DeltaTables(cfg.delta_path, revision_schema=cfg.revision_schema,
                              stage=_history_stage(cfg),
-                             latest_min_rest_s=cfg.delta_commit_interval_ms / 1000).ensure()
+                             latest_min_rest_s=cfg.delta_commit_interval_ms / 1000,
+                             log_retention_ms=cfg.delta_log_retention_ms).ensure()
     except DeltaSchemaError as exc:
         raise ConfigError(str(exc)) from None
     # The transactional producer's open (init_transactions, reading the progress topic: ~0.7 s)

@@ -7,6 +7,8 @@ comes within the interval and is staged. Once the input is used up no micro-batc
 watermark stops moving), so the staged batches reach Delta only through the job's watch loop
 (``DeltaTables.commit_due_history``): while the job still runs, Delta ``revisions`` must come
 to equal the committed changelog and the stage folder must empty.
+
+The same run is given ``--delta-log-retention 12h``: the job sets it on its four tables.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from deltalake import DeltaTable as RustDeltaTable
 from integration_support import CliRun, Outputs
 
 from revise.generate import GeneratorConfig, generate, produce
+from revise.vocab import TABLE_NAMES
+from sinks.delta_layout import LOG_RETENTION_KEY
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta, pytest.mark.slow]
 
@@ -38,7 +42,7 @@ def test_an_idle_job_commits_its_staged_batches_and_commits_less_than_per_batch(
     produce(generate(GeneratorConfig(events=600, keys=10, seed=3, disorder_ms=500)),
             bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
     args = [a for a in setup.cli_args() if a != "--once"]
-    args += ["--delta-commit-interval", f"{INTERVAL_S}s"]
+    args += ["--delta-commit-interval", f"{INTERVAL_S}s", "--delta-log-retention", "12h"]
     run = CliRun(args, cwd=tmp_path, log=tmp_path / "run.log")
     try:
         assert run.wait_for("batch=5 ", 300), run.tail()  # the input is used up by then
@@ -58,6 +62,9 @@ def test_an_idle_job_commits_its_staged_batches_and_commits_less_than_per_batch(
         history = RustDeltaTable(f"{setup.delta_path}/revisions").history()
         appends = [h for h in history if h.get("operation") == "WRITE"]
         assert 0 < len(appends) < len(with_output), (len(appends), sorted(with_output))
+        for name in TABLE_NAMES:
+            conf = RustDeltaTable(f"{setup.delta_path}/{name}").metadata().configuration
+            assert conf.get(LOG_RETENTION_KEY) == "interval 12 hours", (name, conf)
     finally:
         run.signal_group(signal.SIGTERM)
         run.wait(120)

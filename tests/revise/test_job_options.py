@@ -138,6 +138,19 @@ def test_delta_commit_interval_defaults_to_5s_and_reads_the_option_and_environme
         dataclasses.replace(config(), delta_commit_interval_ms=-1)
 
 
+def test_delta_log_retention_is_unset_by_default_and_reads_the_option_and_environment(
+        monkeypatch):
+    assert config().delta_log_retention_ms is None  # each table keeps its own
+    assert config("--delta-log-retention", "1d").delta_log_retention_ms == 86_400_000
+    monkeypatch.setenv("REVISE_DELTA_LOG_RETENTION", "6h")
+    assert config().delta_log_retention_ms == 21_600_000
+    assert config("--delta-log-retention", "1m").delta_log_retention_ms == 60_000
+    # Not part of the checkpoint's fingerprint: a restart may change it.
+    assert config("--delta-log-retention", "2d").fingerprint() == config().fingerprint()
+    with pytest.raises(ConfigError, match="--delta-log-retention must be at least 1m"):
+        config("--delta-log-retention", "59s")
+
+
 def test_a_checkpoint_keeps_its_state_layout(tmp_path):
     import dataclasses
     import json

@@ -10,6 +10,10 @@ The history tables' compaction: a file or two per micro-batch would be ~170,000 
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,7 +22,13 @@ from deltalake import DeltaTable
 
 import sinks.delta_layout as delta_layout
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
-from sinks.delta_layout import LATEST_FILE_BYTES, LATEST_FILE_SIZE_KEY
+from revise.vocab import TABLE_NAMES
+from sinks.delta_layout import (
+    LATEST_FILE_BYTES,
+    LATEST_FILE_SIZE_KEY,
+    LOG_RETENTION_KEY,
+    log_retention_value,
+)
 from sinks.delta_tables import DeltaTables
 
 pytestmark = [pytest.mark.delta]
@@ -179,3 +189,76 @@ def test_a_log_file_gone_under_an_append_is_retried_and_written_once(
     assert revisions.to_pyarrow_dataset().count_rows() == 2
     assert revisions.transaction_version("revise-q") == 0
     assert tables.last_timings is not None and tables.last_timings.revisions > 0
+
+
+def test_a_log_retention_is_set_on_every_table_at_start_and_kept(tmp_path):
+    six_hours = 6 * 3_600_000
+    # New tables are created with it: no commit besides the creation.
+    new = DeltaTables(str(tmp_path / "new"), log_retention_ms=six_hours).ensure()
+    for name in TABLE_NAMES:
+        table = DeltaTable(new.table_path(name))
+        assert table.metadata().configuration[LOG_RETENTION_KEY] == "interval 6 hours", name
+        assert table.version() == 0, name
+
+    # Tables of a run without the option get it at the next start that gives it, once.
+    root = str(tmp_path / "old")
+    DeltaTables(root).ensure()
+    assert all(LOG_RETENTION_KEY not in DeltaTable(f"{root}/{n}").metadata().configuration
+               for n in TABLE_NAMES)
+    DeltaTables(root, log_retention_ms=six_hours).ensure()
+    versions = {n: DeltaTable(f"{root}/{n}").version() for n in TABLE_NAMES}
+    assert versions == dict.fromkeys(TABLE_NAMES, 1)
+    DeltaTables(root, log_retention_ms=six_hours).ensure()
+    DeltaTables(root).ensure()  # without the option: each table's value is kept
+    for name in TABLE_NAMES:
+        table = DeltaTable(f"{root}/{name}")
+        assert table.version() == 1, name
+        assert table.metadata().configuration[LOG_RETENTION_KEY] == "interval 6 hours", name
+    # Another value replaces it.
+    DeltaTables(root, log_retention_ms=90_000).ensure()
+    assert (DeltaTable(f"{root}/late").metadata().configuration[LOG_RETENTION_KEY]
+            == "interval 90 seconds")
+
+
+@pytest.mark.parametrize("value, ms", [
+    ("interval 1 days", 86_400_000), ("interval 36 hours", 129_600_000),
+    ("interval 90 minutes", 5_400_000), ("interval 61 seconds", 61_000),
+    ("interval 60500 milliseconds", 60_500)])
+def test_log_retention_value_is_in_its_largest_whole_unit(value, ms):
+    assert log_retention_value(ms) == value
+
+
+@pytest.mark.parametrize("retention_ms", [3_600_000, None], ids=["1h", "default"])
+def test_commit_files_past_the_retention_go_at_the_next_checkpoint(
+        tmp_path, rev_table, make_revision, retention_ms):
+    """What the option is for: at each Delta checkpoint (``revisions``: every 20 commits)
+    delta-rs deletes the commit files older than the retention that come before a checkpoint
+    itself older than it; the table still reads whole and still skips a replay."""
+    tables = DeltaTables(str(tmp_path), log_retention_ms=retention_ms).ensure()
+    late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
+
+    def write(batch: int) -> None:
+        rows = rev_table([make_revision(f"k{batch}", 0, 10_000, 0)])
+        tables.write_batch("q", batch, rows, late, dead)
+
+    for b in range(21):  # versions 1..21 of revisions; version 19 writes a checkpoint
+        write(b)
+    log_dir = Path(tables.table_path("revisions")) / "_delta_log"
+    assert (log_dir / f"{19:020d}.checkpoint.parquet").exists()
+    two_hours_ago = time.time() - 7_200
+    for f in log_dir.glob("0*"):
+        if int(f.name[:20]) <= 19:
+            os.utime(f, (two_hours_ago, two_hours_ago))
+    for b in range(21, 40):  # versions 22..40; version 39 writes the next checkpoint
+        write(b)
+    tables.flush()
+    kept = sorted(int(f.name[:20]) for f in log_dir.glob("*.json"))
+    if retention_ms is None:
+        assert kept == list(range(41))  # Delta's 30 days keep them all
+    else:
+        assert kept == list(range(19, 41))  # before the expired checkpoint: gone
+    revisions = DeltaTable(tables.table_path("revisions"))
+    assert revisions.to_pyarrow_dataset().count_rows() == 40
+    assert revisions.transaction_version("revise-q") == 39
+    write(3)  # a replay is still skipped: the app transaction is in the checkpoint
+    assert DeltaTable(tables.table_path("revisions")).version() == revisions.version()
