@@ -21,6 +21,7 @@ time travel, within the log's retention.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -28,6 +29,7 @@ from typing import Final
 
 __all__ = [
     "COMPACT_HISTORY_EVERY",
+    "DELTA_LOG_RETENTION_MS",
     "EARLIER_LATEST_FILE_BYTES",
     "HISTORY_FILE_BYTES",
     "LATEST_FILE_BYTES",
@@ -36,6 +38,7 @@ __all__ = [
     "MIN_LOG_RETENTION_MS",
     "HistoryCompactor",
     "bound_latest_files",
+    "log_retention_ms",
     "log_retention_value",
     "retain_logs",
 ]
@@ -89,8 +92,14 @@ MIN_LOG_RETENTION_MS: Final = 60_000
 compaction) lists a table's log and then reads the files it listed; a retention of seconds
 lets delta-rs delete them in between."""
 
+DELTA_LOG_RETENTION_MS: Final = 30 * 86_400_000
+"""Delta's own default for :data:`LOG_RETENTION_KEY` (30 days)."""
+
 _UNITS: Final = (("days", 86_400_000), ("hours", 3_600_000), ("minutes", 60_000),
                  ("seconds", 1_000))
+_INTERVAL: Final = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
+_UNIT_MS: Final = {"week": 7 * 86_400_000, "day": 86_400_000, "hour": 3_600_000,
+                   "minute": 60_000, "second": 1_000, "millisecond": 1}
 
 
 def log_retention_value(ms: int) -> str:
@@ -102,6 +111,19 @@ def log_retention_value(ms: int) -> str:
         if ms % size == 0:
             return f"interval {ms // size} {unit}"
     return f"interval {ms} milliseconds"
+
+
+def log_retention_ms(value: str | None) -> int | None:
+    """A table's :data:`LOG_RETENTION_KEY` value in milliseconds.
+
+    None (the property unset) is Delta's default, :data:`DELTA_LOG_RETENTION_MS`; a value this
+    cannot read (``interval 1 day 2 hours``) gives None.
+    """
+    if value is None:
+        return DELTA_LOG_RETENTION_MS
+    m = _INTERVAL.match(value)
+    unit = _UNIT_MS.get(m.group(2).lower()) if m else None
+    return int(m.group(1)) * unit if m and unit else None
 
 
 def retain_logs(paths: Iterable[str], ms: int, storage_options: dict[str, str] | None,

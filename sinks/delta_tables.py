@@ -69,6 +69,7 @@ from sinks.delta_layout import (
     LOG_RETENTION_KEY,
     HistoryCompactor,
     bound_latest_files,
+    log_retention_ms,
     log_retention_value,
     retain_logs,
 )
@@ -249,6 +250,22 @@ class DeltaTables:
                          ", ".join(changed))
         self._check_columns()
         return self
+
+    def longest_log_retention_ms(self) -> int | None:
+        """The longest log retention of the four tables (after :meth:`ensure`), in ms.
+
+        None when a table's value cannot be read (:func:`~sinks.delta_layout.log_retention_ms`).
+        """
+        from deltalake import DeltaTable
+
+        def kept(table: str) -> int | None:
+            conf = DeltaTable(self.table_path(table),
+                              storage_options=self.storage_options).metadata().configuration
+            return log_retention_ms(conf.get(LOG_RETENTION_KEY))
+
+        each = [kept(t) for t in TABLE_NAMES]
+        known = [k for k in each if k is not None]
+        return max(known) if len(known) == len(each) else None
 
     # Longer than ~60 lines: the docstring carries steps 3a-3d of the commit sequence.
     def write_batch(

@@ -185,3 +185,17 @@ def test_an_unbounded_log_layout_run_is_warned_about_the_socket_leak():
     assert layout_warning(config("--state-layout", "log", "--once")) is None
     warning = layout_warning(config("--state-layout", "log"))
     assert warning is not None and "SPARK-58932" in warning and "snapshot" in warning
+
+
+def test_an_unbounded_run_keeping_delta_logs_for_days_is_told_of_the_option():
+    from revise.spark.driver import retention_note
+
+    thirty_days, one_day = 30 * 86_400_000, 86_400_000
+    note = retention_note(config(), thirty_days)
+    assert note is not None and "30 days" in note and "--delta-log-retention 1d" in note
+    assert retention_note(config(), one_day) is None  # short enough
+    assert retention_note(config(), None) is None  # a value revise cannot read: the user's
+    assert retention_note(config("--once"), thirty_days) is None  # bounded
+    assert retention_note(config("--delta-log-retention", "7d"), thirty_days) is None  # chosen
+    assert retention_note(config("--delta-path", "file:///tmp/d"), thirty_days) is not None
+    assert retention_note(config("--delta-path", "s3://bucket/d"), thirty_days) is None

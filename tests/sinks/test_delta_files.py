@@ -24,9 +24,11 @@ import sinks.delta_layout as delta_layout
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.vocab import TABLE_NAMES
 from sinks.delta_layout import (
+    DELTA_LOG_RETENTION_MS,
     LATEST_FILE_BYTES,
     LATEST_FILE_SIZE_KEY,
     LOG_RETENTION_KEY,
+    log_retention_ms,
     log_retention_value,
 )
 from sinks.delta_tables import DeltaTables
@@ -220,12 +222,26 @@ def test_a_log_retention_is_set_on_every_table_at_start_and_kept(tmp_path):
             == "interval 90 seconds")
 
 
+def test_the_longest_log_retention_of_the_tables(tmp_path):
+    tables = DeltaTables(str(tmp_path)).ensure()
+    assert tables.longest_log_retention_ms() == DELTA_LOG_RETENTION_MS  # Delta's default
+    tables = DeltaTables(str(tmp_path), log_retention_ms=3_600_000).ensure()
+    assert tables.longest_log_retention_ms() == 3_600_000
+    DeltaTable(tables.table_path("late")).alter.set_table_properties(
+        {LOG_RETENTION_KEY: "interval 2 days"})
+    assert tables.longest_log_retention_ms() == 2 * 86_400_000
+    DeltaTable(tables.table_path("late")).alter.set_table_properties(
+        {LOG_RETENTION_KEY: "interval 1 day 2 hours"})
+    assert tables.longest_log_retention_ms() is None  # not read: the user's
+
+
 @pytest.mark.parametrize("value, ms", [
     ("interval 1 days", 86_400_000), ("interval 36 hours", 129_600_000),
     ("interval 90 minutes", 5_400_000), ("interval 61 seconds", 61_000),
     ("interval 60500 milliseconds", 60_500)])
 def test_log_retention_value_is_in_its_largest_whole_unit(value, ms):
     assert log_retention_value(ms) == value
+    assert log_retention_ms(value) == ms  # and reads back
 
 
 @pytest.mark.parametrize("retention_ms", [3_600_000, None], ids=["1h", "default"])
@@ -262,3 +278,13 @@ def test_commit_files_past_the_retention_go_at_the_next_checkpoint(
     assert revisions.transaction_version("revise-q") == 39
     write(3)  # a replay is still skipped: the app transaction is in the checkpoint
     assert DeltaTable(tables.table_path("revisions")).version() == revisions.version()
+
+
+def test_bench_delta_log_runs_with_a_log_retention(capsys):
+    from benchmarks import bench_delta_log
+
+    assert bench_delta_log.main(["--commits", "25", "--rows", "10", "--log-retention", "1h"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "25 appends of 10 revisions to revisions, back to back; log retention 1h"
+    files = int(lines[-1].split("log_files=")[1].split()[0])
+    assert lines[-1].startswith("commits=    25") and files >= 26, lines  # nothing expired yet
