@@ -81,11 +81,10 @@ LOG_RETENTION_KEY: Final = "delta.logRetentionDuration"
 Each time delta-rs writes a Delta checkpoint (every ``delta.checkpointInterval`` commits), it
 deletes the commit files older than this that come before a checkpoint itself older than this
 (so time travel reaches every version of the retention). Each file left costs every later
-write of the table: an append took ~6 ms plus ~8 ms per 1,000
-files in ``_delta_log`` on a local disk (``python -m benchmarks.bench_delta_log``), so at one
-commit per table every 5 s an append costs ~150 ms after a day and ~4 s after 30 days at the
-default. A time travel (``revise query --as-of-version``) reaches back as far as the files
-kept.
+write of the table: an append took ~6 ms plus ~8 ms per 1,000 files in ``_delta_log`` on a
+local disk (``python -m benchmarks.bench_delta_log``), so at one commit per table every 5 s an
+append costs ~150 ms after a day and ~4 s after 30 days at the default. A time travel
+(``revise query --as-of-version``) reaches back as far as the files kept.
 """
 MIN_LOG_RETENTION_MS: Final = 60_000
 """The shortest ``--delta-log-retention``: a reader (``revise query``, the job's own history

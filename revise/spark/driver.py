@@ -47,6 +47,7 @@ from revise.spark.failures import (
 )
 from revise.spark.session import long_run_conf, spark_session, sql_setting
 from revise.spark.stream import build_stream, write_close_all
+from sinks.delta_layout import log_retention_value
 from sinks.delta_tables import DeltaSchemaError, DeltaTables, DeltaWriteError
 from sinks.history_stage import HistoryStage
 from sinks.kafka import (
@@ -129,6 +130,9 @@ def layout_warning(cfg: JobConfig) -> str | None:
             "default --state-layout snapshot for long runs (docs/RELIABILITY.md)")
 
 
+DAY_MS = 86_400_000
+
+
 def retention_note(cfg: JobConfig, kept_ms: int | None) -> str | None:
     """What an unbounded run whose Delta tables keep their log for days should know.
 
@@ -142,14 +146,13 @@ def retention_note(cfg: JobConfig, kept_ms: int | None) -> str | None:
         return None
     if kept_ms is None or kept_ms <= DAY_MS:
         return None
+    kept = log_retention_value(kept_ms).removeprefix("interval ")
     return (f"the Delta tables under {cfg.delta_path} keep every commit of their log for "
-            f"{kept_ms // DAY_MS} days; on a local disk each one kept costs every later Delta "
+            f"{kept}; on a local disk each one kept costs every later Delta "
             "write ~8 us (at one commit per 5 s: ~150 ms a write after a day, ~4 s after 30 "
             "days): --delta-log-retention 1d bounds it, and time travel with it "
             "(docs/RELIABILITY.md, Beyond 30 minutes)")
 
-
-DAY_MS = 86_400_000
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 

@@ -193,6 +193,7 @@ def test_an_unbounded_run_keeping_delta_logs_for_days_is_told_of_the_option():
     thirty_days, one_day = 30 * 86_400_000, 86_400_000
     note = retention_note(config(), thirty_days)
     assert note is not None and "30 days" in note and "--delta-log-retention 1d" in note
+    assert "for 36 hours;" in (retention_note(config(), 36 * 3_600_000) or "")
     assert retention_note(config(), one_day) is None  # short enough
     assert retention_note(config(), None) is None  # a value revise cannot read: the user's
     assert retention_note(config("--once"), thirty_days) is None  # bounded
