@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from revise.errors import ConfigError
 from revise.query.run import check_delta_path, views_hint
-from revise.query.views import VIEW_DEFINITIONS
+from revise.query.views import VIEW_DEFINITIONS, older_than_kept
 from revise.vocab import TABLE_NAMES
 
 if TYPE_CHECKING:
@@ -129,14 +129,20 @@ def _fmt_ms(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-def _version_at(table_path: str, at_ms: int, *, strict: bool) -> int:
+def _version_at(table_path: str, at_ms: int, *, strict: bool, point: str | None = None) -> int:
     """The last version of the table committed at or before ``at_ms``.
 
     With ``strict`` (``--as-of-timestamp``), a time before the first or after the last commit
-    is an error, as Spark's ``TIMESTAMP AS OF``; otherwise 0 when none is that early.
+    is an error, as Spark's ``TIMESTAMP AS OF``; otherwise 0 when none is that early. Either
+    way a time before the oldest version a cleaned-up log keeps is an error
+    (:func:`~revise.query.views.older_than_kept`; ``point`` names what asked for the time).
     """
     commits = commit_times(table_path)
     before = [v for v, ms in commits if ms <= at_ms]
+    if not before and commits and commits[0][0] > 0:  # its log was cleaned up
+        point = f"{point or 'the timestamp'} ({_fmt_ms(at_ms)})"
+        raise _NotInHistory(older_than_kept(table_path, point, commits[0][0],
+                                            _fmt_ms(commits[0][1])))
     if not strict:
         return before[-1] if before else 0
     if not before:
@@ -182,7 +188,9 @@ def resolve_versions(
         if version not in times:
             msg = f"{root}/latest has no version {version}; see DESCRIBE HISTORY for its versions"
             raise _NotInHistory(msg)
-        out = {t: _version_at(f"{root}/{t}", times[version], strict=False) for t in TABLE_NAMES}
+        point = f"latest version {version}"
+        out = {t: _version_at(f"{root}/{t}", times[version], strict=False, point=point)
+               for t in TABLE_NAMES}
         out["latest"] = version
     return out
 

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["REGISTERED_VIEWS", "VIEW_DEFINITIONS", "register_views", "table_schema", "view_sql"]
+__all__ = ["REGISTERED_VIEWS", "VIEW_DEFINITIONS", "older_than_kept", "register_views",
+           "table_schema", "view_sql"]
 
 # view name → (table, filter)
 VIEW_DEFINITIONS: Final[Mapping[str, tuple[str, str | None]]] = {
@@ -34,6 +35,19 @@ VIEW_DEFINITIONS: Final[Mapping[str, tuple[str, str | None]]] = {
 REGISTERED_VIEWS: Final = tuple(VIEW_DEFINITIONS)
 """Every view :func:`register_views` creates: the user views, then the raw tables."""
 assert REGISTERED_VIEWS == (*VIEW_NAMES, *TABLE_NAMES)
+
+
+def older_than_kept(table_path: str, point: str, oldest: int, oldest_at: str) -> str:
+    """The error of a time travel to before a table's oldest version kept.
+
+    A table without ``delta.logRetentionDuration``'s worth of commits deleted still holds its
+    version 0 (its creation, before any moment of the run); one whose log was cleaned up keeps
+    versions from ``oldest`` (committed at ``oldest_at``) on, and cannot be read any earlier.
+    """
+    return (f"{table_path} keeps no version as old as {point}: its oldest version kept is "
+            f"{oldest} ({oldest_at}); older ones are past the table's log retention "
+            "(delta.logRetentionDuration, revise run --delta-log-retention); ask for a later "
+            "version or time")
 
 
 def table_schema(table: str) -> StructType:
@@ -127,5 +141,17 @@ def _versions_at_latest(spark: SparkSession, root: str, version: int) -> dict[st
     for table in ("revisions", "late", "dead_letter"):
         h = DeltaTable.forPath(spark, f"{root}/{table}").history()
         best = h.where(F.col("timestamp") <= F.lit(at)).agg(F.max("version")).first()
-        out[table] = int(best[0]) if best is not None and best[0] is not None else 0
+        if best is not None and best[0] is not None:
+            out[table] = int(best[0])
+            continue
+        oldest = h.orderBy("version").select("version", "timestamp").first()
+        if oldest is not None and int(oldest["version"]) > 0:  # its log was cleaned up
+            msg = older_than_kept(f"{root}/{table}", f"latest version {version} ({_fmt(at)})",
+                                  int(oldest["version"]), _fmt(oldest["timestamp"]))
+            raise ConfigError(msg)
+        out[table] = 0
     return out
+
+
+def _fmt(when: dt.datetime) -> str:
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]

@@ -153,6 +153,53 @@ def test_time_travel_by_timestamp_same_on_both(run: QueryRun, spark: SparkSessio
             run_query_local("SELECT 1", run.delta, timestamp=_ts(ms))
 
 
+def _cleaned_root(run: QueryRun, root: str) -> None:
+    """A root whose logs delta-rs cleaned up: 45 one-row batches of the run's revisions, a
+    1 h log retention, and every file up to the Delta checkpoint at version 19 made older
+    than that (``latest``'s an hour older than ``revisions``'), so the checkpoints at 29
+    and 39 delete their commits below 19."""
+    import os
+    import time
+
+    from deltalake import DeltaTable
+
+    from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA
+    from sinks.delta_tables import DeltaTables
+
+    rows = DeltaTable(f"{run.delta}/revisions").to_pyarrow_table()
+    assert rows.num_rows >= 45
+    tables = DeltaTables(root, log_retention_ms=3_600_000).ensure()
+    late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
+    for b in range(45):
+        if b == 25:
+            for table, age_s in (("latest", 3 * 3_600), ("revisions", 2 * 3_600)):
+                then = time.time() - age_s
+                for f in (Path(root) / table / "_delta_log").glob("0*"):
+                    if int(f.name[:20]) <= 19:
+                        os.utime(f, (then, then))
+        tables.write_batch("q", b, rows.slice(b, 1), late, dead)
+        tables.flush()  # one MERGE into latest per batch
+
+
+def test_time_travel_behind_a_cleaned_log_is_refused_alike_on_both(
+        run: QueryRun, spark: SparkSession, tmp_path: Path) -> None:
+    root = str(tmp_path / "cleaned")
+    _cleaned_root(run, root)
+    for table in ("latest", "revisions"):
+        assert commit_times(f"{root}/{table}")[0][0] == 19, table  # 0..18 deleted
+    # latest keeps version 19, but revisions has nothing kept from that moment
+    refused = r"revisions keeps no version as old as latest version 19 .*oldest version kept is 19"
+    with pytest.raises(ConfigError, match=refused):
+        run_query("SELECT 1", root, spark=spark, version=19)
+    with pytest.raises(ConfigError, match=refused):
+        run_query_local("SELECT 1", root, version=19)
+    # within the retention: both engines read the cleaned tables, the same rows
+    for sql, ordered in TT_SQL:
+        assert_same(run_query(sql, root, spark=spark, version=30),
+                    run_query_local(sql, root, version=30), ordered=ordered)
+    assert len(run_query_local("SELECT * FROM revision_history", root, version=30)) == 30
+
+
 def _cli(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     capfd.readouterr()
     code = main(["query", *args])
