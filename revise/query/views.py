@@ -40,9 +40,10 @@ assert REGISTERED_VIEWS == (*VIEW_NAMES, *TABLE_NAMES)
 def older_than_kept(table_path: str, point: str, oldest: int, oldest_at: str) -> str:
     """The error of a time travel to before a table's oldest version kept.
 
-    A table without ``delta.logRetentionDuration``'s worth of commits deleted still holds its
-    version 0 (its creation, before any moment of the run); one whose log was cleaned up keeps
-    versions from ``oldest`` (committed at ``oldest_at``) on, and cannot be read any earlier.
+    A table whose log was never cleaned up still holds version 0 (its creation, before any
+    moment of the run). One whose old commits delta-rs deleted (past
+    ``delta.logRetentionDuration``) keeps the versions from ``oldest`` (committed at
+    ``oldest_at``) on, and cannot be read as of any earlier moment.
     """
     return (f"{table_path} keeps no version as old as {point}: its oldest version kept is "
             f"{oldest} ({oldest_at}); older ones are past the table's log retention "
