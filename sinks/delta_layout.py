@@ -40,6 +40,7 @@ __all__ = [
     "bound_latest_files",
     "log_retention_ms",
     "log_retention_value",
+    "longest_log_retention_ms",
     "retain_logs",
 ]
 
@@ -123,6 +124,18 @@ def log_retention_ms(value: str | None) -> int | None:
     m = _INTERVAL.match(value)
     unit = _UNIT_MS.get(m.group(2).lower()) if m else None
     return int(m.group(1)) * unit if m and unit else None
+
+
+def longest_log_retention_ms(paths: Iterable[str], storage_options: dict[str, str] | None,
+                             ) -> int | None:
+    """The longest :func:`log_retention_ms` of the tables at ``paths``; None if one is unread."""
+    from deltalake import DeltaTable
+
+    each = [log_retention_ms(DeltaTable(path, storage_options=storage_options)
+                             .metadata().configuration.get(LOG_RETENTION_KEY))
+            for path in paths]
+    known = [k for k in each if k is not None]
+    return max(known) if known and len(known) == len(each) else None
 
 
 def retain_logs(paths: Iterable[str], ms: int, storage_options: dict[str, str] | None,

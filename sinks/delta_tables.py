@@ -69,8 +69,8 @@ from sinks.delta_layout import (
     LOG_RETENTION_KEY,
     HistoryCompactor,
     bound_latest_files,
-    log_retention_ms,
     log_retention_value,
+    longest_log_retention_ms,
     retain_logs,
 )
 from sinks.history_stage import HISTORY_TABLES, HistoryStage
@@ -256,16 +256,7 @@ class DeltaTables:
 
         None when a table's value cannot be read (:func:`~sinks.delta_layout.log_retention_ms`).
         """
-        from deltalake import DeltaTable
-
-        def kept(table: str) -> int | None:
-            conf = DeltaTable(self.table_path(table),
-                              storage_options=self.storage_options).metadata().configuration
-            return log_retention_ms(conf.get(LOG_RETENTION_KEY))
-
-        each = [kept(t) for t in TABLE_NAMES]
-        known = [k for k in each if k is not None]
-        return max(known) if len(known) == len(each) else None
+        return longest_log_retention_ms(map(self.table_path, TABLE_NAMES), self.storage_options)
 
     # Longer than ~60 lines: the docstring carries steps 3a-3d of the commit sequence.
     def write_batch(
