@@ -1,6 +1,7 @@
 """Soak: the job unbounded at a steady input rate, sampled every minute.
 
-``python -m benchmarks.soak --minutes 30 --rate 2000 [--bootstrap-servers HOST:PORT]``
+``python -m benchmarks.soak --minutes 30 --rate 2000 [--bootstrap-servers HOST:PORT]
+[--delta-log-retention DUR]``
 
 Starts the embedded broker (unless ``--bootstrap-servers``), runs ``python -m revise run``
 without ``--once`` as a subprocess (its own process group), and feeds the input topic from a
@@ -304,6 +305,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="an existing broker; default: start an embedded one in a temp folder")
     p.add_argument("--state-layout", choices=("snapshot", "log"), default="snapshot",
                    help="revise run --state-layout (default snapshot)")
+    p.add_argument("--delta-log-retention", default=None, metavar="DUR",
+                   help="revise run --delta-log-retention (default: not given, Delta's 30 days)")
     p.add_argument("--workdir", default=None, help="where the checkpoint, Delta and logs go")
     p.add_argument("--json", default=None, help="write samples and verdict to this file")
     return p
@@ -338,7 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
              "--dead-letter-topic", topics["dead"], "--delta-path", str(work / "delta"),
              "--checkpoint", str(checkpoint), "--query-id", f"soak-{tag}",
              "--window", args.window, "--grace", f"{args.grace_ms}ms",
-             "--state-layout", args.state_layout],
+             "--state-layout", args.state_layout,
+             *(["--delta-log-retention", args.delta_log_retention]
+               if args.delta_log_retention else [])],
             cwd=work, log=work / "job.log")
         feeder.start()
         watcher.start()
