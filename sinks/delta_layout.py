@@ -38,6 +38,7 @@ __all__ = [
     "MIN_LOG_RETENTION_MS",
     "HistoryCompactor",
     "bound_latest_files",
+    "local_path",
     "log_retention_ms",
     "log_retention_value",
     "longest_log_retention_ms",
@@ -100,6 +101,16 @@ _UNITS: Final = (("days", 86_400_000), ("hours", 3_600_000), ("minutes", 60_000)
 _INTERVAL: Final = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
 _UNIT_MS: Final = {"week": 7 * 86_400_000, "day": 86_400_000, "hour": 3_600_000,
                    "minute": 60_000, "second": 1_000, "millisecond": 1}
+
+
+def local_path(path: str) -> str | None:
+    """The local folder a Delta path names (a plain path or ``file://``), else None.
+
+    None: a URI of another scheme, an object store (``s3://``, ``gs://``, ``abfss://`` …).
+    """
+    if "://" not in path:
+        return path
+    return path.removeprefix("file://") if path.startswith("file://") else None
 
 
 def log_retention_value(ms: int) -> str:

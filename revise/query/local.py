@@ -46,6 +46,7 @@ from revise.errors import ConfigError
 from revise.query.run import check_delta_path, views_hint
 from revise.query.views import VIEW_DEFINITIONS, older_than_kept
 from revise.vocab import TABLE_NAMES
+from sinks.delta_layout import local_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,8 +84,9 @@ def commit_times(table_path: str) -> list[tuple[int, int]]:
         ConfigError: The table has no readable Delta log.
     """
     raw: list[tuple[int, int]] = []
-    if "://" not in table_path or table_path.startswith("file://"):
-        log_dir = os.path.join(table_path.removeprefix("file://"), "_delta_log")
+    folder = local_path(table_path)
+    if folder is not None:
+        log_dir = os.path.join(folder, "_delta_log")
         try:
             names = os.listdir(log_dir)
         except OSError as exc:

@@ -47,7 +47,7 @@ from revise.spark.failures import (
 )
 from revise.spark.session import long_run_conf, spark_session, sql_setting
 from revise.spark.stream import build_stream, write_close_all
-from sinks.delta_layout import log_retention_value
+from sinks.delta_layout import local_path, log_retention_value
 from sinks.delta_tables import DeltaSchemaError, DeltaTables, DeltaWriteError
 from sinks.history_stage import HistoryStage
 from sinks.kafka import (
@@ -133,22 +133,23 @@ def layout_warning(cfg: JobConfig) -> str | None:
 DAY_MS = 86_400_000
 
 
-def retention_note(cfg: JobConfig, kept_ms: int | None) -> str | None:
+def retention_note(cfg: JobConfig, kept: Callable[[], int | None]) -> str | None:
     """What an unbounded run whose Delta tables keep their log for days should know.
 
-    ``kept_ms``: the tables' longest log retention
-    (:meth:`~sinks.delta_tables.DeltaTables.longest_log_retention_ms`). None when the run is
-    bounded, ``--delta-log-retention`` was given, the Delta root is not a local path (object
-    stores were not measured), or no table keeps its log longer than a day.
+    ``kept``: reads the tables' longest log retention
+    (:meth:`~sinks.delta_tables.DeltaTables.longest_log_retention_ms`), called only when the
+    note could apply. None when the run is bounded, ``--delta-log-retention`` was given, the
+    Delta root is not a local path (object stores were not measured), or no table keeps its
+    log longer than a day.
     """
-    local = "://" not in cfg.delta_path or cfg.delta_path.startswith("file://")
-    if cfg.once or cfg.delta_log_retention_ms is not None or not local:
+    if cfg.once or cfg.delta_log_retention_ms is not None or local_path(cfg.delta_path) is None:
         return None
+    kept_ms = kept()
     if kept_ms is None or kept_ms <= DAY_MS:
         return None
-    kept = log_retention_value(kept_ms).removeprefix("interval ")
+    how_long = log_retention_value(kept_ms).removeprefix("interval ")
     return (f"the Delta tables under {cfg.delta_path} keep every commit of their log for "
-            f"{kept}; on a local disk each one kept costs every later Delta "
+            f"{how_long}; on a local disk each one kept costs every later Delta "
             "write ~8 us (at one commit per 5 s: ~150 ms a write after a day, ~4 s after 30 "
             "days): --delta-log-retention 1d bounds it, and time travel with it "
             "(docs/RELIABILITY.md, Beyond 30 minutes)")
@@ -221,7 +222,7 @@ def run_job(
                              log_retention_ms=cfg.delta_log_retention_ms).ensure()
     except DeltaSchemaError as exc:
         raise ConfigError(str(exc)) from None
-    note = retention_note(cfg, None if cfg.once else tables.longest_log_retention_ms())
+    note = retention_note(cfg, tables.longest_log_retention_ms)
     if note:
         log.info(note)
     # The transactional producer's open (init_transactions, reading the progress topic: ~0.7 s)

@@ -190,13 +190,18 @@ def test_an_unbounded_log_layout_run_is_warned_about_the_socket_leak():
 def test_an_unbounded_run_keeping_delta_logs_for_days_is_told_of_the_option():
     from revise.spark.driver import retention_note
 
-    thirty_days, one_day = 30 * 86_400_000, 86_400_000
+    def thirty_days() -> int:
+        return 30 * 86_400_000
+
+    def unread() -> int:
+        raise AssertionError("the tables were read where the note cannot apply")
+
     note = retention_note(config(), thirty_days)
     assert note is not None and "30 days" in note and "--delta-log-retention 1d" in note
-    assert "for 36 hours;" in (retention_note(config(), 36 * 3_600_000) or "")
-    assert retention_note(config(), one_day) is None  # short enough
-    assert retention_note(config(), None) is None  # a value revise cannot read: the user's
-    assert retention_note(config("--once"), thirty_days) is None  # bounded
-    assert retention_note(config("--delta-log-retention", "7d"), thirty_days) is None  # chosen
+    assert "for 36 hours;" in (retention_note(config(), lambda: 36 * 3_600_000) or "")
+    assert retention_note(config(), lambda: 86_400_000) is None  # a day: short enough
+    assert retention_note(config(), lambda: None) is None  # a value revise cannot read
+    assert retention_note(config("--once"), unread) is None  # bounded
+    assert retention_note(config("--delta-log-retention", "7d"), unread) is None  # chosen
     assert retention_note(config("--delta-path", "file:///tmp/d"), thirty_days) is not None
-    assert retention_note(config("--delta-path", "s3://bucket/d"), thirty_days) is None
+    assert retention_note(config("--delta-path", "s3://bucket/d"), unread) is None
