@@ -96,11 +96,11 @@ lets delta-rs delete them in between."""
 DELTA_LOG_RETENTION_MS: Final = 30 * 86_400_000
 """Delta's own default for :data:`LOG_RETENTION_KEY` (30 days)."""
 
-_UNITS: Final = (("days", 86_400_000), ("hours", 3_600_000), ("minutes", 60_000),
-                 ("seconds", 1_000))
-_INTERVAL: Final = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
 _UNIT_MS: Final = {"week": 7 * 86_400_000, "day": 86_400_000, "hour": 3_600_000,
                    "minute": 60_000, "second": 1_000, "millisecond": 1}
+"""The units of a Delta interval revise reads; it writes days down to seconds (else ms)."""
+_WRITTEN_UNITS: Final = ("day", "hour", "minute", "second")
+_INTERVAL: Final = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
 
 
 def local_path(path: str) -> str | None:
@@ -118,9 +118,9 @@ def log_retention_value(ms: int) -> str:
 
     Both delta-rs and Delta on Spark read it; a time not in whole seconds is in milliseconds.
     """
-    for unit, size in _UNITS:
-        if ms % size == 0:
-            return f"interval {ms // size} {unit}"
+    for unit in _WRITTEN_UNITS:
+        if ms % _UNIT_MS[unit] == 0:
+            return f"interval {ms // _UNIT_MS[unit]} {unit}s"
     return f"interval {ms} milliseconds"
 
 

@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from revise.errors import ConfigError
 from revise.query.run import check_delta_path, views_hint
-from revise.query.views import VIEW_DEFINITIONS, older_than_kept
+from revise.query.views import VIEW_DEFINITIONS, fmt_time, older_than_kept
 from revise.vocab import TABLE_NAMES
 from sinks.delta_layout import local_path
 
@@ -128,7 +128,7 @@ def _parse_timestamp(timestamp: str | dt.datetime) -> int:
 
 
 def _fmt_ms(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return fmt_time(dt.datetime.fromtimestamp(ms / 1000, dt.UTC))
 
 
 def _version_at(table_path: str, at_ms: int, *, strict: bool, point: str | None = None) -> int:

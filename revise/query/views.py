@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["REGISTERED_VIEWS", "VIEW_DEFINITIONS", "older_than_kept", "register_views",
-           "table_schema", "view_sql"]
+__all__ = ["REGISTERED_VIEWS", "VIEW_DEFINITIONS", "fmt_time", "older_than_kept",
+           "register_views", "table_schema", "view_sql"]
 
 # view name → (table, filter)
 VIEW_DEFINITIONS: Final[Mapping[str, tuple[str, str | None]]] = {
@@ -147,12 +147,13 @@ def _versions_at_latest(spark: SparkSession, root: str, version: int) -> dict[st
             continue
         oldest = h.orderBy("version").select("version", "timestamp").first()
         if oldest is not None and int(oldest["version"]) > 0:  # its log was cleaned up
-            msg = older_than_kept(f"{root}/{table}", f"latest version {version} ({_fmt(at)})",
-                                  int(oldest["version"]), _fmt(oldest["timestamp"]))
+            msg = older_than_kept(f"{root}/{table}", f"latest version {version} ({fmt_time(at)})",
+                                  int(oldest["version"]), fmt_time(oldest["timestamp"]))
             raise ConfigError(msg)
         out[table] = 0
     return out
 
 
-def _fmt(when: dt.datetime) -> str:
+def fmt_time(when: dt.datetime) -> str:
+    """``when`` as the query errors print a commit time: ``2026-01-01 10:00:00.000``."""
     return when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
