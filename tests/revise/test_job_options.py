@@ -179,7 +179,7 @@ def test_a_checkpoint_keeps_its_state_layout(tmp_path):
 
 
 def test_an_unbounded_log_layout_run_is_warned_about_the_socket_leak():
-    from revise.spark.driver import layout_warning
+    from revise.spark.advice import layout_warning
 
     assert layout_warning(config()) is None
     assert layout_warning(config("--state-layout", "log", "--once")) is None
@@ -188,7 +188,7 @@ def test_an_unbounded_log_layout_run_is_warned_about_the_socket_leak():
 
 
 def test_an_unbounded_run_keeping_delta_logs_for_days_is_told_of_the_option():
-    from revise.spark.driver import retention_note
+    from revise.spark.advice import retention_note
 
     def thirty_days() -> int:
         return 30 * 86_400_000

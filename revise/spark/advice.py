@@ -1,0 +1,53 @@
+"""What a job should tell its user at start: settings that will hurt a run of this kind.
+
+Pure functions of the job's configuration (and, for the Delta log, the tables' retention,
+read only when it matters); :mod:`revise.spark.driver` logs what they return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sinks.delta_layout import local_path, log_retention_value
+
+if TYPE_CHECKING:
+    from revise.jobconfig import JobConfig
+
+__all__ = ["DAY_MS", "layout_warning", "retention_note"]
+
+
+def layout_warning(cfg: JobConfig) -> str | None:
+    """What an unbounded run of ``--state-layout log`` should know (None: nothing)."""
+    if cfg.state_layout != "log" or cfg.once:
+        return None
+    return ("--state-layout log in an unbounded run: Spark 4.2.0 leaks one socket per stateful "
+            "task of transformWithStateInPandas (SPARK-58932), so the job runs out of file "
+            "descriptors after roughly (open-file limit) / (stateful tasks per micro-batch) "
+            "micro-batches (~80 minutes at the 500 ms trigger with a 20,000 limit); use the "
+            "default --state-layout snapshot for long runs (docs/RELIABILITY.md)")
+
+
+DAY_MS = 86_400_000
+
+
+def retention_note(cfg: JobConfig, kept: Callable[[], int | None]) -> str | None:
+    """What an unbounded run whose Delta tables keep their log for days should know.
+
+    ``kept``: reads the tables' longest log retention
+    (:meth:`~sinks.delta_tables.DeltaTables.longest_log_retention_ms`), called only when the
+    note could apply. None when the run is bounded, ``--delta-log-retention`` was given, the
+    Delta root is not a local path (object stores were not measured), or no table keeps its
+    log longer than a day.
+    """
+    if cfg.once or cfg.delta_log_retention_ms is not None or local_path(cfg.delta_path) is None:
+        return None
+    kept_ms = kept()
+    if kept_ms is None or kept_ms <= DAY_MS:
+        return None
+    how_long = log_retention_value(kept_ms).removeprefix("interval ")
+    return (f"the Delta tables under {cfg.delta_path} keep every commit of their log for "
+            f"{how_long}; on a local disk each one kept costs every later Delta "
+            "write ~8 us (at one commit per 5 s: ~150 ms a write after a day, ~4 s after 30 "
+            "days): --delta-log-retention 1d bounds it, and time travel with it "
+            "(docs/RELIABILITY.md, Beyond 30 minutes)")
