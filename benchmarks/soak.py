@@ -11,6 +11,9 @@ disorder, so windows open and close in real time. Every ``--sample-s`` seconds (
 - resident memory (RSS, MiB) of the Python driver (the ``revise run`` process), the driver JVM
   (its ``java`` child) and the Python workers (every Python process under the JVM: PySpark's
   daemon and its workers), found with psutil over the process tree;
+- the driver JVM's open file descriptors and its TCP sockets in ``CLOSE_WAIT`` (a socket the
+  peer closed and the JVM did not: Spark 4.2.0 leaked one per stateful task of the log
+  layout, SPARK-58932);
 - micro-batch duration (ms; median and max of the job's ``batch_ms=`` progress lines in the
   interval);
 - input lag (records): the input topic's end offsets minus the offsets of the newest entry of
@@ -62,6 +65,8 @@ class Sample:
     rss_python_driver_mib: float
     rss_python_workers_mib: float
     python_workers: int
+    jvm_fds: int
+    jvm_close_wait: int
     batches: int
     batch_ms_p50: float | None
     batch_ms_max: float | None
@@ -189,6 +194,20 @@ def memory(driver_pid: int) -> tuple[float, float, float, int]:
     return jvm, driver.memory_info().rss / MIB, wrk, workers
 
 
+def descriptors(driver_pid: int) -> tuple[int, int]:
+    """The driver JVM's open file descriptors and its TCP sockets in ``CLOSE_WAIT``."""
+    fds = close_wait = 0
+    for child in psutil.Process(driver_pid).children(recursive=True):
+        try:
+            if child.name() == "java":
+                fds += child.num_fds()
+                close_wait += sum(1 for c in child.net_connections(kind="tcp")
+                                  if c.status == psutil.CONN_CLOSE_WAIT)
+        except psutil.Error:
+            continue
+    return fds, close_wait
+
+
 def driver_settings(driver_pid: int) -> dict[str, object]:
     """What keeps the job's memory flat, as the running processes have it.
 
@@ -248,12 +267,13 @@ def _row(s: Sample) -> str:
 
     return (f"{s.minute:6.1f} {s.rss_driver_jvm_mib:8.0f} {s.rss_python_driver_mib:8.0f} "
             f"{s.rss_python_workers_mib:8.0f} ({s.python_workers:2d}) {s.rss_total_mib:8.0f} "
-            f"{s.batches:5d} {f(s.batch_ms_p50)} {f(s.batch_ms_max)} {s.input_lag:8d} "
-            f"{f(s.first_result_ms_p50)} {f(s.first_result_ms_p95)} {s.windows:6d}")
+            f"{s.jvm_fds:6d} {s.jvm_close_wait:6d} {s.batches:5d} {f(s.batch_ms_p50)} "
+            f"{f(s.batch_ms_max)} {s.input_lag:8d} {f(s.first_result_ms_p50)} "
+            f"{f(s.first_result_ms_p95)} {s.windows:6d}")
 
 
-HEADER = ("minute  jvm_MiB  py_MiB  wrk_MiB (n)  total_MiB batches  b_p50   b_max      lag"
-          "  fr_p50  fr_p95 windows")
+HEADER = ("minute  jvm_MiB  py_MiB  wrk_MiB (n)  total_MiB    fds c_wait batches  b_p50   b_max"
+          "      lag  fr_p50  fr_p95 windows")
 
 
 def verdict(samples: Sequence[Sample], baseline_minute: float, rate: float) -> dict[str, object]:
@@ -303,8 +323,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="minute whose memory the end is compared with (default 5)")
     p.add_argument("--bootstrap-servers", default=None,
                    help="an existing broker; default: start an embedded one in a temp folder")
-    p.add_argument("--state-layout", choices=("snapshot", "log"), default="snapshot",
-                   help="revise run --state-layout (default snapshot)")
+    p.add_argument("--state-layout", choices=("snapshot", "log"),
+                   help="revise run --state-layout (default: revise's own)")
     p.add_argument("--delta-log-retention", default=None, metavar="DUR",
                    help="revise run --delta-log-retention (default: not given, Delta's 30 days)")
     p.add_argument("--workdir", default=None, help="where the checkpoint, Delta and logs go")
@@ -341,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              "--dead-letter-topic", topics["dead"], "--delta-path", str(work / "delta"),
              "--checkpoint", str(checkpoint), "--query-id", f"soak-{tag}",
              "--window", args.window, "--grace", f"{args.grace_ms}ms",
-             "--state-layout", args.state_layout,
+             *(["--state-layout", args.state_layout] if args.state_layout else []),
              *(["--delta-log-retention", args.delta_log_retention]
                if args.delta_log_retention else [])],
             cwd=work, log=work / "job.log")
@@ -360,9 +380,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             durations, last_batch = _batch_ms(run.log(), last_batch)
             lat = watcher.take()
             jvm, py, wrk, n_wrk = memory(run.proc.pid)
+            fds, close_wait = descriptors(run.proc.pid)
             s = Sample(
                 round((time.monotonic() - t0) / 60, 2), round(jvm, 1), round(py, 1),
-                round(wrk, 1), n_wrk, len(durations), _pct(durations, 0.5),
+                round(wrk, 1), n_wrk, fds, close_wait, len(durations), _pct(durations, 0.5),
                 _pct(durations, 1.0), input_lag(bootstrap, topics["in"], checkpoint),
                 _pct(lat, 0.5), _pct(lat, 0.95), len(lat), feeder.produced)
             samples.append(s)

@@ -7,7 +7,7 @@ machine, so this run checks what the long one depends on:
 - the job runs unbounded (no ``--once``) and keeps up: every sample after the first sees
   micro-batches, first results and a small input lag;
 - every figure the soak reports is measured from the real processes (driver JVM, Python driver,
-  at least one Python worker);
+  at least one Python worker; the JVM's open descriptors and sockets in CLOSE_WAIT);
 - the running processes carry the settings that keep memory flat: the driver JVM started with
   its heap fixed (``-Xms`` of :func:`revise.spark.session.long_run_conf` and
   ``-XX:+AlwaysPreTouch``), and the Python driver's delta-rs allocator setting is revise's.
@@ -42,6 +42,7 @@ def test_a_short_soak_measures_an_unbounded_run_with_flat_memory_settings(
     assert len(samples) == 3, samples
     for s in samples:
         assert s["rss_driver_jvm_mib"] > 0 and s["rss_python_driver_mib"] > 0, s
+        assert s["jvm_fds"] > 0 and 0 <= s["jvm_close_wait"] < s["jvm_fds"], s
     for s in samples[1:]:  # after Spark's start-up
         assert s["python_workers"] >= 1 and s["rss_python_workers_mib"] > 0, s
         assert s["batches"] > 0 and s["batch_ms_p50"] is not None, s
