@@ -150,7 +150,7 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
 
 def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[str, Any]:
     from revise.config import EngineConfig, WindowSpec
-    from revise.jobconfig import JobConfig
+    from revise.jobconfig import DEFAULT_STATE_LAYOUT, JobConfig
     from revise.spark.driver import run_job
     from revise.vocab import Mode
 
@@ -163,7 +163,8 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
         engine=EngineConfig(window=WindowSpec.parse(args.window), grace_ms=args.grace_ms,
                             mode=mode, query_id=f"bench-{run}"),
         once=True, max_records_per_batch=args.batch, shards=args.shards,
-        transactional=args.variant != "revision-plain", state_layout=args.state_layout,
+        transactional=args.variant != "revision-plain",
+        state_layout=args.state_layout or DEFAULT_STATE_LAYOUT,
     )
     t0 = time.monotonic()
     result = run_job(cfg, spark=spark)
@@ -312,8 +313,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="rounds of all variants (round-robin, rotating the order); the table "
                         "shows each variant's median run")
     p.add_argument("--json", help="also write every run's figures to this JSON file")
-    p.add_argument("--state-layout", choices=("snapshot", "log"), default="snapshot",
-                   help="revise's --state-layout for the revise variants (not the @base ones)")
+    p.add_argument("--state-layout", choices=("snapshot", "log"),
+                   help="revise's --state-layout for the revise variants (not the @base ones, "
+                        "which run their tree's default); default: revise's own")
     p.add_argument("--baseline", metavar="DIR",
                    help="a source tree of another revise commit (e.g. a git worktree): a "
                         "variant named VARIANT@base runs VARIANT with DIR first on PYTHONPATH "
@@ -335,7 +337,7 @@ def _child(
     """Run one variant in a fresh process; its figures, or None (reported) if it failed."""
     env = {**os.environ, "REVISE_SPARK_LOG_LEVEL": "ERROR"}
     name, cwd = variant, None
-    layout = ["--state-layout", args.state_layout] if args.state_layout != "snapshot" else []
+    layout = ["--state-layout", args.state_layout] if args.state_layout else []
     if variant.endswith(BASELINE_SUFFIX):
         layout = []  # another tree's bench_job may not know the option
         if not args.baseline:

@@ -7,8 +7,10 @@ own settings (window, grace, delay, aggregates, mode, query id) live in
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pyarrow as pa
@@ -21,8 +23,9 @@ from revise.records import revision_schema
 from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
-    "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "STATE_LAYOUTS",
-    "STATE_LAYOUT_KEY", "JobConfig",
+    "CHECKPOINT_META", "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS",
+    "DEFAULT_STATE_LAYOUT", "DEFAULT_TRIGGER_MS", "STATE_LAYOUTS", "STATE_LAYOUT_KEY",
+    "UNRECORDED_STATE_LAYOUT", "JobConfig", "checkpoint_layout",
 ]
 
 DEFAULT_SHARDS = 8
@@ -31,11 +34,33 @@ DEFAULT_SHARDS = 8
 STATE_LAYOUT_KEY = "state_layout"
 STATE_LAYOUTS = ("snapshot", "log")
 """How the stateful operator stores a shard (``--state-layout``, ``revise.spark.operator``):
-``snapshot`` (the default: one snapshot per shard, ``applyInPandasWithState``) or ``log`` (a
-base snapshot and a log of steps, ``transformWithStateInPandas``,
-``revise.spark.shard_state``). ``log`` is recorded in the checkpoint's ``revise-job.json``
-under :data:`STATE_LAYOUT_KEY`; a checkpoint without the key is ``snapshot`` (as every
-checkpoint written before ``log`` existed)."""
+``snapshot`` (one snapshot per shard, ``applyInPandasWithState``) or ``log`` (a base
+snapshot and a log of steps, ``transformWithStateInPandas``, ``revise.spark.shard_state``).
+``log`` is recorded in the checkpoint's ``revise-job.json`` under :data:`STATE_LAYOUT_KEY`; a
+checkpoint without the key is :data:`UNRECORDED_STATE_LAYOUT`."""
+UNRECORDED_STATE_LAYOUT = "snapshot"
+"""The layout of a checkpoint that records none: every checkpoint written before ``log``
+existed, and every ``snapshot`` one since (so that those restart with an unchanged
+fingerprint)."""
+DEFAULT_STATE_LAYOUT = "log"
+"""The layout of a new checkpoint when ``--state-layout`` is not given (``snapshot`` until
+2026-11-26, when Spark 4.2.1 stopped leaking a socket per task of its operator): its
+checkpoint and state work follow the records and windows a micro-batch touches, and it
+answered sooner at 1,000 and 10,000 records/s (docs/BENCHMARKS.md)."""
+CHECKPOINT_META = "revise-job.json"
+"""The file in a checkpoint holding its :meth:`JobConfig.fingerprint`."""
+
+
+def checkpoint_layout(checkpoint: str) -> str | None:
+    """The state layout of the existing checkpoint at ``checkpoint``; None for a new one.
+
+    What a run without ``--state-layout`` uses, so that a restart needs no layout option
+    whichever layout the checkpoint was started with.
+    """
+    meta = Path(checkpoint) / CHECKPOINT_META
+    if not meta.is_file():
+        return None
+    return str(json.loads(meta.read_text()).get(STATE_LAYOUT_KEY, UNRECORDED_STATE_LAYOUT))
 
 DEFAULT_TRIGGER_MS = 500
 """Micro-batch interval of an unbounded run when ``--trigger`` is not given.
@@ -116,7 +141,7 @@ class JobConfig:
     once: bool = False
     shards: int = DEFAULT_SHARDS
     shuffle_partitions: int | None = None
-    state_layout: str = "snapshot"
+    state_layout: str = DEFAULT_STATE_LAYOUT
     key_field: str = "key"
     ts_field: str = "ts"
     value_field: str = "value"
@@ -266,6 +291,6 @@ class JobConfig:
         }
         if self.ts_format != "epoch_ms":
             out["ts_format"] = self.ts_format
-        if self.state_layout != "snapshot":
+        if self.state_layout != UNRECORDED_STATE_LAYOUT:
             out[STATE_LAYOUT_KEY] = self.state_layout
         return out

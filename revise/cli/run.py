@@ -22,7 +22,14 @@ from revise.cli.args import (
 )
 from revise.cli.kafka import kafka_settings
 from revise.config import parse_mode
-from revise.jobconfig import DEFAULT_DELTA_COMMIT_INTERVAL_MS, DEFAULT_SHARDS, JobConfig
+from revise.jobconfig import (
+    DEFAULT_DELTA_COMMIT_INTERVAL_MS,
+    DEFAULT_SHARDS,
+    DEFAULT_STATE_LAYOUT,
+    STATE_LAYOUTS,
+    JobConfig,
+    checkpoint_layout,
+)
 from revise.kafka_config import (
     KafkaSettings,
     add_kafka_arguments,
@@ -70,12 +77,12 @@ def add_parser(sub: Any) -> None:
                    help="process the input available at start, close every window, stop")
     p.add_argument("--shards", type=int, default=DEFAULT_SHARDS,
                    help="key shards (fixed per checkpoint)")
-    p.add_argument("--state-layout", choices=("snapshot", "log"), default="snapshot",
+    p.add_argument("--state-layout", choices=STATE_LAYOUTS,
                    help="how the engine's state is kept (fixed for a checkpoint): snapshot "
-                        "(default; one snapshot per shard, rewritten by each micro-batch that "
-                        "touches it) or log (a base snapshot plus a log of each micro-batch's "
-                        "records: checkpoint bytes follow the input; Spark 4.2.0 leaks a socket "
-                        "per stateful task with it, so use it for bounded runs)")
+                        "(one snapshot per shard, rewritten by each micro-batch that touches "
+                        "it) or log (a base snapshot plus a log of each micro-batch's records: "
+                        "checkpoint bytes follow the input); default: the checkpoint's own, "
+                        f"{DEFAULT_STATE_LAYOUT} for a new one")
     p.add_argument("--shuffle-partitions", type=int,
                    help="stateful tasks per micro-batch of a new checkpoint (default: --shards, "
                         "at most the session's spark.sql.shuffle.partitions)")
@@ -98,6 +105,8 @@ def job_config_from_args(args: argparse.Namespace,
     delta_interval = maybe_duration(args.delta_commit_interval, "--delta-commit-interval")
     if delta_interval is None:
         delta_interval = DEFAULT_DELTA_COMMIT_INTERVAL_MS
+    checkpoint = (str(Path(args.checkpoint).expanduser().resolve())
+                  if "://" not in args.checkpoint else args.checkpoint)
     return JobConfig(
         bootstrap_servers=bootstrap or embedded_bootstrap(args.bootstrap_servers),
         kafka=kafka or KafkaSettings(None),
@@ -107,15 +116,14 @@ def job_config_from_args(args: argparse.Namespace,
         dead_letter_topic=args.dead_letter_topic,
         delta_path=str(Path(args.delta_path).expanduser().resolve()) if "://" not in args.delta_path
         else args.delta_path,
-        checkpoint=str(Path(args.checkpoint).expanduser().resolve()) if "://" not in args.checkpoint
-        else args.checkpoint,
+        checkpoint=checkpoint,
         engine=engine_config(args, mode=parse_mode(args.mode), query_id=args.query_id),
         trigger_ms=maybe_duration(args.trigger, "--trigger"),
         max_records_per_batch=maybe_int(args.max_records_per_batch, "--max-records-per-batch"),
         once=bool(args.once),
         shards=maybe_int(args.shards, "--shards") or DEFAULT_SHARDS,
         shuffle_partitions=maybe_int(args.shuffle_partitions, "--shuffle-partitions"),
-        state_layout=args.state_layout,
+        state_layout=args.state_layout or checkpoint_layout(checkpoint) or DEFAULT_STATE_LAYOUT,
         key_field=args.key_field,
         ts_field=args.ts_field,
         value_field=args.value_field,

@@ -166,7 +166,7 @@ def spark_home() -> Path:
         raise SparkClusterError(msg)
     root = Path(spec.origin).parent
     if not (root / "bin" / "spark-class").is_file():
-        msg = f"{root} has no bin/spark-class; reinstall pyspark (pip install pyspark==4.2.0)"
+        msg = f"{root} has no bin/spark-class; reinstall pyspark (pip install pyspark==4.2.1)"
         raise SparkClusterError(msg)
     return root
 

@@ -17,7 +17,7 @@ from revise.vocab import TABLE_NAMES, VIEW_NAMES
 from sinks.delta_tables import arrow_schema
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 __all__ = ["REGISTERED_VIEWS", "VIEW_DEFINITIONS", "fmt_time", "older_than_kept",
@@ -128,11 +128,15 @@ def register_views(
     return list(REGISTERED_VIEWS)
 
 
+def _history(spark: SparkSession, path: str) -> DataFrame:
+    """The commits of the Delta table at ``path`` (``DESCRIBE HISTORY``: version, timestamp…)."""
+    return spark.sql(f"DESCRIBE HISTORY {_quote_path(path)}")
+
+
 def _versions_at_latest(spark: SparkSession, root: str, version: int) -> dict[str, int | None]:
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    hist = DeltaTable.forPath(spark, f"{root}/latest").history()
+    hist = _history(spark, f"{root}/latest")
     row = hist.where(F.col("version") == version).select("timestamp").first()
     if row is None:
         msg = f"{root}/latest has no version {version}; see DESCRIBE HISTORY for its versions"
@@ -140,7 +144,7 @@ def _versions_at_latest(spark: SparkSession, root: str, version: int) -> dict[st
     at = row["timestamp"]
     out: dict[str, int | None] = {"latest": version}
     for table in ("revisions", "late", "dead_letter"):
-        h = DeltaTable.forPath(spark, f"{root}/{table}").history()
+        h = _history(spark, f"{root}/{table}")
         best = h.where(F.col("timestamp") <= F.lit(at)).agg(F.max("version")).first()
         if best is not None and best[0] is not None:
             out[table] = int(best[0])

@@ -14,18 +14,7 @@ from sinks.delta_layout import local_path, log_retention_value
 if TYPE_CHECKING:
     from revise.jobconfig import JobConfig
 
-__all__ = ["DAY_MS", "layout_warning", "retention_note"]
-
-
-def layout_warning(cfg: JobConfig) -> str | None:
-    """What an unbounded run of ``--state-layout log`` should know (None: nothing)."""
-    if cfg.state_layout != "log" or cfg.once:
-        return None
-    return ("--state-layout log in an unbounded run: Spark 4.2.0 leaks one socket per stateful "
-            "task of transformWithStateInPandas (SPARK-58932), so the job runs out of file "
-            "descriptors after roughly (open-file limit) / (stateful tasks per micro-batch) "
-            "micro-batches (~80 minutes at the 500 ms trigger with a 20,000 limit); use the "
-            "default --state-layout snapshot for long runs (docs/RELIABILITY.md)")
+__all__ = ["DAY_MS", "retention_note"]
 
 
 DAY_MS = 86_400_000

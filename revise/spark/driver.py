@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from revise.errors import ConfigError
-from revise.jobconfig import STATE_LAYOUT_KEY, JobConfig
-from revise.spark.advice import layout_warning, retention_note
+from revise.jobconfig import CHECKPOINT_META, STATE_LAYOUT_KEY, UNRECORDED_STATE_LAYOUT, JobConfig
+from revise.spark.advice import retention_note
 from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
 from revise.spark.failures import (
     JobError,
@@ -72,11 +72,11 @@ ProgressCallback = Callable[[dict[str, Any]], None]
 def _check_checkpoint(cfg: JobConfig) -> None:
     """Refuse a checkpoint written under settings that change the state's meaning."""
     path = Path(cfg.checkpoint)
-    meta = path / "revise-job.json"
+    meta = path / CHECKPOINT_META
     want = cfg.fingerprint()
     if meta.is_file():
         have = json.loads(meta.read_text())
-        had = have.get(STATE_LAYOUT_KEY, "snapshot")
+        had = have.get(STATE_LAYOUT_KEY, UNRECORDED_STATE_LAYOUT)
         if had != cfg.state_layout:
             msg = (
                 f"--checkpoint {cfg.checkpoint} holds state in the {had!r} layout, and this run "
@@ -114,9 +114,6 @@ def preflight(cfg: JobConfig) -> None:
                   (cfg.changelog_topic, cfg.late_topic, cfg.dead_letter_topic),
                   client_config=cfg.kafka_settings.admin_conf())
     _check_checkpoint(cfg)
-    warning = layout_warning(cfg)
-    if warning:
-        log.warning(warning)
 
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"

@@ -5,14 +5,14 @@ shard and micro-batch in which the shard has rows or the watermark reached its n
 window, never for an idle shard with nothing due, whose stored state it then neither reads nor
 rewrites:
 
-- ``snapshot`` (the default): :func:`make_state_fn` under ``applyInPandasWithState`` with an
+- ``snapshot``: :func:`make_state_fn` under ``applyInPandasWithState`` with an
   event-time timeout restores the shard's :class:`~revise.engine.Engine` from its one
   snapshot in Spark's state store, applies the batch, and stores the whole new snapshot;
-- ``log``: :class:`ShardProcessor` under ``transformWithStateInPandas`` with event-time timers
-  gets the Python worker's cached engine when it matches the stored state (else rebuilds it
-  from a base snapshot and a log of steps, ``revise.spark.shard_state``), applies the batch,
-  and appends the step — bytes that follow the records, not the state. Spark 4.2.0 leaks one
-  socket per stateful task of this operator (SPARK-58932), so it suits bounded runs.
+- ``log`` (the default for a new checkpoint): :class:`ShardProcessor` under
+  ``transformWithStateInPandas`` with event-time timers gets the Python worker's cached
+  engine when it matches the stored state (else rebuilds it from a base snapshot and a log of
+  steps, ``revise.spark.shard_state``), applies the batch, and appends the step — bytes that
+  follow the records, not the state.
 
 Both apply the batch against Spark's global watermark and return its revisions, too-late
 records and dead letters as a few rows holding Arrow IPC streams (``kind``, ``rows``,

@@ -4,6 +4,7 @@ fingerprint; bad values exit 2 naming the fix before any client starts."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,8 @@ def test_todays_options_keep_todays_parser_schema_and_fingerprint():
     assert cfg.fingerprint() == {
         "query_id": "q", "input_topic": "in", "window": "tumbling:1d", "grace_ms": 1000,
         "watermark_delay_ms": 0, "aggs": ["count", "sum", "min", "max", "mean"],
-        "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"]}
+        "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"],
+        STATE_LAYOUT_KEY: "log"}  # a new checkpoint's default layout, recorded
     assert config("--aggs", "count,max", "--value-field", "v").legacy_input
     # A nested value field keeps the bare form's columns but needs the general parser.
     nested = config("--value-field", "payload.amount")
@@ -157,10 +159,11 @@ def test_a_checkpoint_keeps_its_state_layout(tmp_path):
 
     from revise.spark.driver import _check_checkpoint
 
-    # The default layout is not recorded: checkpoints from before --state-layout restart.
-    assert STATE_LAYOUT_KEY not in config().fingerprint()
+    # snapshot is not recorded: checkpoints from before --state-layout restart.
+    assert STATE_LAYOUT_KEY not in config("--state-layout", "snapshot").fingerprint()
     assert config("--state-layout", "log").fingerprint()[STATE_LAYOUT_KEY] == "log"
-    snap = dataclasses.replace(config(), checkpoint=str(tmp_path / "snap"))
+    snap = dataclasses.replace(config("--state-layout", "snapshot"),
+                               checkpoint=str(tmp_path / "snap"))
     _check_checkpoint(snap)
     _check_checkpoint(snap)  # restarts
     log = dataclasses.replace(config("--state-layout", "log"), checkpoint=str(tmp_path / "log"))
@@ -178,13 +181,32 @@ def test_a_checkpoint_keeps_its_state_layout(tmp_path):
         dataclasses.replace(snap, state_layout="rows")
 
 
-def test_an_unbounded_log_layout_run_is_warned_about_the_socket_leak():
-    from revise.spark.advice import layout_warning
+def test_a_run_without_state_layout_takes_its_checkpoints(tmp_path, monkeypatch):
+    from revise.jobconfig import DEFAULT_STATE_LAYOUT
+    from revise.spark.driver import _check_checkpoint
 
-    assert layout_warning(config()) is None
-    assert layout_warning(config("--state-layout", "log", "--once")) is None
-    warning = layout_warning(config("--state-layout", "log"))
-    assert warning is not None and "SPARK-58932" in warning and "snapshot" in warning
+    monkeypatch.delenv("REVISE_STATE_LAYOUT", raising=False)
+    new = config("--checkpoint", str(tmp_path / "new"))
+    assert new.state_layout == DEFAULT_STATE_LAYOUT == "log"
+    # A checkpoint from before --state-layout existed (no key): snapshot, as it was written.
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "revise-job.json").write_text(json.dumps(
+        {k: v for k, v in new.fingerprint().items() if k != STATE_LAYOUT_KEY}))
+    old = config("--checkpoint", str(tmp_path / "old"))
+    assert old.state_layout == "snapshot"
+    _check_checkpoint(old)
+    for layout in ("log", "snapshot"):
+        first = config("--checkpoint", str(tmp_path / layout), "--state-layout", layout)
+        _check_checkpoint(first)
+        restart = config("--checkpoint", str(tmp_path / layout))  # no --state-layout
+        assert restart.state_layout == layout
+        _check_checkpoint(restart)  # not refused
+        assert restart.fingerprint() == first.fingerprint()
+    # Given, the option still wins, and the checkpoint refuses the other layout.
+    other = config("--checkpoint", str(tmp_path / "log"), "--state-layout", "snapshot")
+    assert other.state_layout == "snapshot"
+    with pytest.raises(ConfigError, match="'log' layout"):
+        _check_checkpoint(other)
 
 
 def test_an_unbounded_run_keeping_delta_logs_for_days_is_told_of_the_option():

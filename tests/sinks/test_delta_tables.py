@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from delta.tables import DeltaTable
 
 from revise.query.views import REGISTERED_VIEWS, register_views, table_schema, view_sql
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
@@ -55,10 +54,10 @@ def test_ensure_creates_the_tables_once(spark, delta_path):
     tables = DeltaTables(str(delta_path)).ensure()
     tables.ensure()  # idempotent
     for t in TABLE_NAMES:
-        assert DeltaTable.isDeltaTable(spark, tables.table_path(t))
+        assert _detail(spark, tables.table_path(t))["format"] == "delta"
         assert spark.read.format("delta").load(tables.table_path(t)).schema == table_schema(t)
         assert tables.version(t) == 0
-    props = DeltaTable.forPath(spark, tables.table_path("revisions")).detail().first().properties
+    props = _detail(spark, tables.table_path("revisions"))["properties"]
     assert props["delta.appendOnly"] == "true"
     assert table_schema("late").names[0] == table_schema("dead_letter").names[0] == "query_id"
 
@@ -214,13 +213,14 @@ def test_spark_writes_merges_reads_and_time_travels_delta(spark, delta_path):
     spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string").write.format("delta").save(
         path)
     upd = spark.createDataFrame([(2, "B"), (3, "c")], "id long, v string")
-    (DeltaTable.forPath(spark, path).alias("t").merge(upd.alias("s"), "t.id = s.id")
-     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+    upd.createOrReplaceTempView("upd")
+    spark.sql(f"MERGE INTO delta.`{path}` t USING upd s ON t.id = s.id "
+              "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
     now = sorted(tuple(r) for r in spark.read.format("delta").load(path).collect())
     assert now == [(1, "a"), (2, "B"), (3, "c")]
     old = spark.read.format("delta").option("versionAsOf", 0).load(path).collect()
     assert sorted(tuple(r) for r in old) == [(1, "a"), (2, "b")]
-    assert DeltaTable.forPath(spark, path).history().count() == 2
+    assert _history(spark, path).count() == 2
 
 
 def test_latest_is_compacted_without_changing_its_rows(
@@ -235,10 +235,10 @@ def test_latest_is_compacted_without_changing_its_rows(
                                                                    batch_id=b)
                                                      for k in "abc"]), frames.late(),
                            frames.dead())
-    latest = DeltaTable.forPath(spark, tables.table_path("latest"))
-    ops = [r.operation for r in latest.history().collect()]
+    latest = tables.table_path("latest")
+    ops = [r.operation for r in _history(spark, latest).collect()]
     assert ops.count("OPTIMIZE") == 2 and ops.count("MERGE") == 4
-    assert latest.detail().first().numFiles == 1  # four MERGE files compacted into one
+    assert _detail(spark, latest)["numFiles"] == 1  # four MERGE files compacted into one
     assert _latest(spark, tables) == {(k, b, b + 10_000): 0 for k in "abc" for b in range(4)}
     tables.write_batch("q", 3, frames.revisions([make_revision("a", 3, 10_003, 9)]),
                        frames.late(), frames.dead())  # a replay after compaction: still skipped
@@ -391,3 +391,12 @@ def test_a_failed_deferred_merge_fails_the_next_batch(
     with pytest.raises(DeltaWriteError, match="batch 0 .*disk gone.*redoes it from revisions"):
         tables.write_batch("q", 1, frames.revisions([make_revision("a", rev=1, batch_id=1)]),
                            frames.late(), frames.dead(), defer_latest=True)
+
+
+def _detail(spark, path):
+    """``DESCRIBE DETAIL`` of the Delta table at ``path`` as a dict (Spark's reading of it)."""
+    return spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first().asDict()
+
+
+def _history(spark, path):
+    return spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
