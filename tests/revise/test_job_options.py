@@ -155,7 +155,6 @@ def test_delta_log_retention_is_unset_by_default_and_reads_the_option_and_enviro
 
 def test_a_checkpoint_keeps_its_state_layout(tmp_path):
     import dataclasses
-    import json
 
     from revise.spark.driver import _check_checkpoint
 
