@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -194,6 +194,16 @@ def memory(driver_pid: int) -> tuple[float, float, float, int]:
     return jvm, driver.memory_info().rss / MIB, wrk, workers
 
 
+def close_wait_sockets(proc: psutil.Process, except_ports: Collection[int] = ()) -> int:
+    """``proc``'s TCP sockets in ``CLOSE_WAIT``: the peer closed them, ``proc`` did not.
+
+    Those whose peer listens on one of ``except_ports`` are left out.
+    """
+    return sum(1 for c in proc.net_connections(kind="tcp")
+               if c.status == psutil.CONN_CLOSE_WAIT
+               and not (c.raddr and c.raddr.port in except_ports))
+
+
 def descriptors(driver_pid: int) -> tuple[int, int]:
     """The driver JVM's open file descriptors and its TCP sockets in ``CLOSE_WAIT``."""
     fds = close_wait = 0
@@ -201,8 +211,7 @@ def descriptors(driver_pid: int) -> tuple[int, int]:
         try:
             if child.name() == "java":
                 fds += child.num_fds()
-                close_wait += sum(1 for c in child.net_connections(kind="tcp")
-                                  if c.status == psutil.CONN_CLOSE_WAIT)
+                close_wait += close_wait_sockets(child)
         except psutil.Error:
             continue
     return fds, close_wait

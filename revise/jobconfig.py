@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -25,7 +26,8 @@ from sinks.delta_layout import MIN_LOG_RETENTION_MS
 __all__ = [
     "CHECKPOINT_META", "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS",
     "DEFAULT_STATE_LAYOUT", "DEFAULT_TRIGGER_MS", "STATE_LAYOUTS", "STATE_LAYOUT_KEY",
-    "UNRECORDED_STATE_LAYOUT", "JobConfig", "checkpoint_layout",
+    "UNRECORDED_STATE_LAYOUT", "JobConfig", "checkpoint_fingerprint", "checkpoint_layout",
+    "recorded_layout",
 ]
 
 DEFAULT_SHARDS = 8
@@ -51,16 +53,35 @@ CHECKPOINT_META = "revise-job.json"
 """The file in a checkpoint holding its :meth:`JobConfig.fingerprint`."""
 
 
+def checkpoint_fingerprint(checkpoint: str) -> dict[str, object] | None:
+    """The :meth:`JobConfig.fingerprint` the checkpoint at ``checkpoint`` was started with.
+
+    None for a new checkpoint (no :data:`CHECKPOINT_META` in it yet).
+    """
+    meta = Path(checkpoint) / CHECKPOINT_META
+    if not meta.is_file():
+        return None
+    have: dict[str, object] = json.loads(meta.read_text())
+    return have
+
+
+def recorded_layout(fingerprint: Mapping[str, object]) -> str:
+    """The state layout a checkpoint's fingerprint records.
+
+    :data:`UNRECORDED_STATE_LAYOUT` when it records none.
+    """
+    return str(fingerprint.get(STATE_LAYOUT_KEY, UNRECORDED_STATE_LAYOUT))
+
+
 def checkpoint_layout(checkpoint: str) -> str | None:
     """The state layout of the existing checkpoint at ``checkpoint``; None for a new one.
 
     What a run without ``--state-layout`` uses, so that a restart needs no layout option
     whichever layout the checkpoint was started with.
     """
-    meta = Path(checkpoint) / CHECKPOINT_META
-    if not meta.is_file():
-        return None
-    return str(json.loads(meta.read_text()).get(STATE_LAYOUT_KEY, UNRECORDED_STATE_LAYOUT))
+    have = checkpoint_fingerprint(checkpoint)
+    return None if have is None else recorded_layout(have)
+
 
 DEFAULT_TRIGGER_MS = 500
 """Micro-batch interval of an unbounded run when ``--trigger`` is not given.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from revise.aggspec import AggList
@@ -20,6 +21,7 @@ from revise.vocab import MODES, Mode
 
 __all__ = [
     "EnvDefaults",
+    "absolute_path",
     "add_engine_options",
     "add_field_options",
     "add_generator_options",
@@ -165,6 +167,11 @@ def duration_type(option: str) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(str(exc)) from exc
 
     return parse
+
+
+def absolute_path(path: str) -> str:
+    """A local path made absolute (``~`` expanded); a URI (``s3://…``) as given."""
+    return path if "://" in path else str(Path(path).expanduser().resolve())
 
 
 def maybe_duration(v: Any, option: str) -> int | None:

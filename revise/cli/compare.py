@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from revise.cli.args import (
+    absolute_path,
     add_engine_options,
     add_field_options,
     add_generator_options,
@@ -74,9 +75,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
     kafka = kafka_settings(args, start=True, topics=[args.input_topic])
     generator = None if args.input_topic else generator_config(args, default_events=5000)
     output = str(Path(args.output).expanduser().resolve())
-    delta = args.delta_path or os.path.join(output, "delta")
-    if "://" not in delta:
-        delta = str(Path(delta).expanduser().resolve())
+    delta = absolute_path(args.delta_path or os.path.join(output, "delta"))
     timeout = maybe_duration(args.timeout, "--timeout")
     return CompareConfig(
         bootstrap_servers=str(kafka.bootstrap_servers), kafka=kafka, output=output,

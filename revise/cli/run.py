@@ -8,10 +8,10 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from revise.cli.args import (
+    absolute_path,
     add_engine_options,
     add_field_options,
     duration_type,
@@ -105,8 +105,7 @@ def job_config_from_args(args: argparse.Namespace,
     delta_interval = maybe_duration(args.delta_commit_interval, "--delta-commit-interval")
     if delta_interval is None:
         delta_interval = DEFAULT_DELTA_COMMIT_INTERVAL_MS
-    checkpoint = (str(Path(args.checkpoint).expanduser().resolve())
-                  if "://" not in args.checkpoint else args.checkpoint)
+    checkpoint = absolute_path(args.checkpoint)
     return JobConfig(
         bootstrap_servers=bootstrap or embedded_bootstrap(args.bootstrap_servers),
         kafka=kafka or KafkaSettings(None),
@@ -114,8 +113,7 @@ def job_config_from_args(args: argparse.Namespace,
         changelog_topic=args.changelog_topic,
         late_topic=args.late_topic,
         dead_letter_topic=args.dead_letter_topic,
-        delta_path=str(Path(args.delta_path).expanduser().resolve()) if "://" not in args.delta_path
-        else args.delta_path,
+        delta_path=absolute_path(args.delta_path),
         checkpoint=checkpoint,
         engine=engine_config(args, mode=parse_mode(args.mode), query_id=args.query_id),
         trigger_ms=maybe_duration(args.trigger, "--trigger"),

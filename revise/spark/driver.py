@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from revise.errors import ConfigError
-from revise.jobconfig import CHECKPOINT_META, STATE_LAYOUT_KEY, UNRECORDED_STATE_LAYOUT, JobConfig
+from revise.jobconfig import CHECKPOINT_META, JobConfig, checkpoint_fingerprint, recorded_layout
 from revise.spark.advice import retention_note
 from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
 from revise.spark.failures import (
@@ -71,12 +71,10 @@ ProgressCallback = Callable[[dict[str, Any]], None]
 
 def _check_checkpoint(cfg: JobConfig) -> None:
     """Refuse a checkpoint written under settings that change the state's meaning."""
-    path = Path(cfg.checkpoint)
-    meta = path / CHECKPOINT_META
     want = cfg.fingerprint()
-    if meta.is_file():
-        have = json.loads(meta.read_text())
-        had = have.get(STATE_LAYOUT_KEY, UNRECORDED_STATE_LAYOUT)
+    have = checkpoint_fingerprint(cfg.checkpoint)
+    if have is not None:
+        had = recorded_layout(have)
         if had != cfg.state_layout:
             msg = (
                 f"--checkpoint {cfg.checkpoint} holds state in the {had!r} layout, and this run "
@@ -96,8 +94,9 @@ def _check_checkpoint(cfg: JobConfig) -> None:
             )
             raise ConfigError(msg)
     else:
+        path = Path(cfg.checkpoint)
         path.mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps(want, indent=2))
+        (path / CHECKPOINT_META).write_text(json.dumps(want, indent=2))
 
 
 def preflight(cfg: JobConfig) -> None:

@@ -132,8 +132,8 @@ def _close_wait_sockets(spark, bootstrap: str) -> int:
     """
     import psutil
 
+    from benchmarks.soak import close_wait_sockets
+
     broker_ports = {int(a.rsplit(":", 1)[1]) for a in bootstrap.split(",")}
     pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-    return sum(1 for c in psutil.Process(pid).net_connections(kind="tcp")
-               if c.status == psutil.CONN_CLOSE_WAIT
-               and not (c.raddr and c.raddr.port in broker_ports))
+    return close_wait_sockets(psutil.Process(pid), broker_ports)
