@@ -179,6 +179,9 @@ def _cleaned_root(run: QueryRun, root: str) -> None:
                         os.utime(f, (then, then))
         tables.write_batch("q", b, rows.slice(b, 1), late, dead)
         tables.flush()  # one MERGE into latest per batch
+        # Commit times are the log files' mtimes, which the kernel stamps from a coarse clock
+        # (a few ms): without a gap, batch b+1's append can share latest's version b+1 time.
+        time.sleep(0.02)
 
 
 def test_time_travel_behind_a_cleaned_log_is_refused_alike_on_both(
