@@ -262,7 +262,9 @@ def _batch_figures(progress: list[dict[str, Any]], checkpoint: Path) -> dict[str
     The first data micro-batch (Spark's warm-up) is left out. For revise, also the same two
     means of each commit step (``steps_first5`` / ``steps_last5``: ``collect``, ``kafka``,
     ``delta``, from the ``revise`` entry the driver adds to each progress report), which says
-    which step grows when the batch does.
+    which step grows when the batch does. ``micro_batches`` lists every micro-batch Spark
+    reported (id, input rows, seconds, and revise's steps in ms): the ``--json`` file keeps it,
+    so the cost of a single batch (the close-all of a bounded run, say) can be read off.
     """
     data = [p for p in progress if int(p.get("numInputRows") or 0) > 1_000][1:]
     secs = [(p.get("durationMs") or {}).get("triggerExecution", 0) / 1000 for p in data]
@@ -272,13 +274,22 @@ def _batch_figures(progress: list[dict[str, Any]], checkpoint: Path) -> dict[str
 
     size = sum(f.stat().st_size for f in checkpoint.rglob("*") if f.is_file())
     figures: dict[str, Any] = {"batch_s_first5": mean(secs[:5]), "batch_s_last5": mean(secs[-5:]),
-                               "checkpoint_mb": round(size / 2**20, 1)}
+                               "checkpoint_mb": round(size / 2**20, 1),
+                               "micro_batches": [_batch_row(p) for p in progress]}
     steps = [p["revise"] for p in data if p.get("revise")]
     if steps:
         for label, part in (("steps_first5", steps[:5]), ("steps_last5", steps[-5:])):
             figures[label] = {name.removesuffix("_ms"): mean([s[name] / 1000 for s in part])
                               for name in part[0]}
     return figures
+
+
+def _batch_row(progress: dict[str, Any]) -> dict[str, Any]:
+    """One micro-batch of a progress report: id, input rows, seconds, revise's steps (ms)."""
+    return {"batch_id": progress.get("batchId"),
+            "rows": int(progress.get("numInputRows") or 0),
+            "seconds": (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000,
+            **(progress.get("revise") or {})}
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -408,7 +419,8 @@ def _parent(args: argparse.Namespace) -> int:
                 if row is None:
                     return 1
                 runs.setdefault(variant, []).append(row)
-                print(f"round {round_} {variant}: {row}", flush=True)
+                shown = {k: v for k, v in row.items() if k != "micro_batches"}  # --json has it
+                print(f"round {round_} {variant}: {shown}", flush=True)
             for ours, peer in _pairs(variants):
                 a, b = runs[ours][-1], runs[peer][-1]
                 print(f"round {round_}: {ours} / {peer} throughput "

@@ -85,3 +85,23 @@ def test_cpu_use_counts_the_block_by_process_kind():
     assert 0.3 <= cpu.seconds["driver"] < 0.6, cpu.seconds  # this process, the 0.4 s before not
     assert 0.5 <= cpu.seconds["workers"] < 0.9, cpu.seconds  # a live Python child
     assert cpu.seconds["jvm"] == 0.0
+
+
+def test_bench_job_keeps_every_micro_batch_with_its_steps(tmp_path):
+    from benchmarks.bench_job import _batch_figures
+
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_bytes(b"x" * 2048)
+    progress = [
+        {"batchId": b, "numInputRows": rows, "durationMs": {"triggerExecution": ms},
+         **({"revise": {"collect_ms": ms - 100, "kafka_ms": 60, "delta_ms": 40}} if rows else {})}
+        for b, rows, ms in [(0, 5_000, 9_000), (1, 5_000, 2_000), (2, 0, 300), (3, 8, 6_000)]
+    ]
+    figures = _batch_figures(progress, tmp_path)
+    assert [(m["batch_id"], m["rows"], m["seconds"]) for m in figures["micro_batches"]] == [
+        (0, 5_000, 9.0), (1, 5_000, 2.0), (2, 0, 0.3), (3, 8, 6.0)]
+    assert figures["micro_batches"][3]["collect_ms"] == 5_900  # the close-all's own steps
+    assert "kafka_ms" not in figures["micro_batches"][2]  # an empty batch has none
+    # The means leave out the first data batch and batches of 1,000 records or fewer.
+    assert figures["batch_s_first5"] == figures["batch_s_last5"] == 2.0
+    assert figures["checkpoint_mb"] == round(2048 / 2**20, 1)
