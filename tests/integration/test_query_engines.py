@@ -179,9 +179,16 @@ def _cleaned_root(run: QueryRun, root: str) -> None:
                         os.utime(f, (then, then))
         tables.write_batch("q", b, rows.slice(b, 1), late, dead)
         tables.flush()  # one MERGE into latest per batch
-        # Commit times are the log files' mtimes, which the kernel stamps from a coarse clock
-        # (a few ms): without a gap, batch b+1's append can share latest's version b+1 time.
-        time.sleep(0.02)
+    # Commit times are the log files' mtimes, stamped by the kernel's coarse clock, which on a
+    # loaded VM can stand still for tens of ms: batch b+1's append then shares latest's
+    # version b+1 time (seen in CI even with 20 ms between batches). Restamp the versions the
+    # test reads, in the order they were written: batch b's append, then its MERGE.
+    base = time.time() - 600
+    for table, offset in (("revisions", 0.0), ("latest", 0.5)):
+        for f in (Path(root) / table / "_delta_log").glob("0*.json"):
+            version = int(f.name[:20])
+            if version >= 20:
+                os.utime(f, (base + version + offset, base + version + offset))
 
 
 def test_time_travel_behind_a_cleaned_log_is_refused_alike_on_both(
