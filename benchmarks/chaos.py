@@ -32,6 +32,7 @@ check passed, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -275,8 +276,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"max_records_per_batch={args.max_records_per_batch} workdir={work}", flush=True)
     from revise.infra import broker
 
-    home = work / "broker"
-    bootstrap = args.bootstrap_servers or broker.start(home).bootstrap_servers
+    embedded = contextlib.ExitStack()  # the broker started here, if none was given
+    bootstrap = embedded.enter_context(
+        broker.given_or_embedded(args.bootstrap_servers, work / "broker"))
     try:
         tag = uuid.uuid4().hex[:8]
         setup = JobSetup(
@@ -300,8 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"chaos: FAILED: {exc}", file=sys.stderr)
             return 1
     finally:
-        if args.bootstrap_servers is None:
-            broker.stop(home)
+        embedded.close()
     figures = {**asdict(result), "n_kills": result.n_kills, "kinds": result.kinds(),
                "restarts": len(result.kills) - 1, "events": args.events}
     print(f"seed={seed} kills={result.n_kills} {result.kinds()} restarts={len(result.kills) - 1}"

@@ -30,6 +30,7 @@ whether batch duration and lag stayed flat (second half vs first half after the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -350,8 +351,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from revise.config import WindowSpec
     from revise.infra import broker
 
-    home = work / "broker"
-    bootstrap = args.bootstrap_servers or broker.start(home).bootstrap_servers
+    embedded = contextlib.ExitStack()  # the broker started here, if none was given
+    bootstrap = embedded.enter_context(
+        broker.given_or_embedded(args.bootstrap_servers, work / "broker"))
     tag = uuid.uuid4().hex[:8]
     topics = {n: f"soak-{n}-{tag}" for n in ("in", "changelog", "late", "dead")}
     run: CliRun | None = None
@@ -408,8 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if run is not None:
             os.kill(run.proc.pid, signal.SIGTERM)
             run.wait(120)
-        if args.bootstrap_servers is None:
-            broker.stop(home)
+        embedded.close()
     result = verdict(samples, args.baseline_minute, args.rate)
     print("soak: " + " ".join(f"{k}={v}" for k, v in result.items()))
     if args.json:
