@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from revise.config import EngineConfig
 from revise.engine.aggplan import (
@@ -34,6 +34,7 @@ from windows.sketches import EncodedSketch
 
 __all__ = [
     "COMPRESS_ABOVE_BYTES",
+    "INDEX_MAX_BYTES",
     "NO_SEAL",
     "SNAPSHOT_FORMAT",
     "KeyTable",
@@ -60,6 +61,10 @@ Spark and into the state store (7.9 MB → 2.7 MB at 87k windows, +4 ms to write
 below it, zstd's fixed cost per buffer (~0.3 ms a snapshot) would outweigh the bytes saved.
 Readers decompress on their own, so either form (and an earlier version's) reads."""
 
+INDEX_MAX_BYTES = 64
+"""Keys up to this long in UTF-8 are also held as fixed-width bytes (:class:`KeyTable`); a
+longer one would make every key that wide."""
+
 NO_SEAL = -(2**62)
 """The seal before any close_all (hopping windows may start below 0)."""
 
@@ -67,14 +72,24 @@ _I64 = np.int64
 
 
 class KeyTable:
-    """Sorted unique keys; a key's rank is its code, so sorting by code sorts by key text."""
+    """Sorted unique keys; a key's rank is its code, so sorting by code sorts by key text.
 
-    __slots__ = ("keys",)
+    Beside the keys (Python strings) the table keeps them as fixed-width UTF-8 bytes when it
+    can: numpy searches and sorts those with ``memcmp``, ~30x faster than comparing Python
+    strings one call at a time, in the same order (UTF-8 byte order is code point order,
+    which is Python's). Keys it cannot hold that way (longer than :data:`INDEX_MAX_BYTES`
+    in UTF-8, or ending in NUL, which fixed-width bytes drop) turn the bytes off for the
+    table, and it searches the strings as before.
+    """
+
+    __slots__ = ("_index", "_indexable", "keys")
 
     def __init__(self, keys: npt.NDArray[np.object_] | None = None) -> None:
         self.keys: npt.NDArray[np.object_] = (
             np.empty(0, dtype=object) if keys is None else keys
         )
+        self._index: npt.NDArray[np.bytes_] | None = None  # keys as UTF-8, built on first use
+        self._indexable = True
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -88,25 +103,43 @@ class KeyTable:
         re-sorted. Trace: table ``[a, c]``, batch ``[c, b, c]`` → table ``[a, b, c]``, ranks
         ``[2, 1, 2]``, old→new ``[0, 2]``.
         """
-        codes, first_seen = pd.factorize(keys)  # hashing: cheap when keys repeat
-        order = np.argsort(first_seen, kind="stable")
-        uniq = first_seen[order]
+        # Hashing, cheap when keys repeat. Arrow's, not pandas': pandas' hash table reads a
+        # string up to its first NUL, so "a" and "a\0b" were one key.
+        encoded = pc.dictionary_encode(pa.array(keys, pa.string()))
+        codes = encoded.indices.to_numpy()
+        distinct = encoded.dictionary
+        first_bytes = self._utf8(distinct) if self._indexable else None
+        index = self._index_for(first_bytes)
+        old = self.keys
+        uniq_bytes: npt.NDArray[np.bytes_] | None = None  # set when the bytes are searched
+        if index is not None and first_bytes is not None:
+            order = np.argsort(first_bytes, kind="stable")
+            uniq_bytes = first_bytes[order]
+            pos = np.searchsorted(index, uniq_bytes).astype(_I64)
+            found = pos < len(old)
+            found[found] = index[pos[found]] == uniq_bytes[found]
+        else:
+            first_seen = distinct.to_numpy(zero_copy_only=False)
+            order = np.argsort(first_seen, kind="stable")
+            uniq = first_seen[order]
+            pos = np.searchsorted(old, uniq).astype(_I64)
+            found = pos < len(old)
+            found[found] = old[pos[found]] == uniq[found]
         sorted_code = np.empty(len(order), dtype=_I64)
         sorted_code[order] = np.arange(len(order), dtype=_I64)
         inverse = sorted_code[codes]
-        old = self.keys
-        pos = np.searchsorted(old, uniq).astype(_I64)
-        found = pos < len(old)
-        found[found] = old[pos[found]] == uniq[found]
         if found.all():
             return pos[inverse], None
-        new = uniq[~found]
+        # Python strings only for the keys the table did not have.
+        new = distinct.take(pa.array(order[~found])).to_numpy(zero_copy_only=False)
         at = pos[~found]  # insertion points into the old table, sorted
         self.keys = np.insert(old, at, new)
+        if index is not None and uniq_bytes is not None:
+            self._index = np.insert(index, at, uniq_bytes[~found])
         # old rank i moves up by the number of new keys inserted at or before it
         old_ranks = np.arange(len(old), dtype=_I64)
         old_to_new = old_ranks + np.searchsorted(at, old_ranks, side="right")
-        ranks = np.empty(len(uniq), dtype=_I64)
+        ranks = np.empty(len(order), dtype=_I64)
         ranks[found] = old_to_new[pos[found]]
         ranks[~found] = at + np.arange(len(new), dtype=_I64)
         return ranks[inverse], old_to_new if len(old) else None
@@ -116,7 +149,59 @@ class KeyTable:
         remap = np.full(len(self.keys), -1, dtype=_I64)
         remap[live] = np.arange(len(live), dtype=_I64)
         self.keys = self.keys[live]
+        if self._index is not None:
+            self._index = self._index[live]
         return remap
+
+    def _index_for(
+        self, batch: npt.NDArray[np.bytes_] | None
+    ) -> npt.NDArray[np.bytes_] | None:
+        """The table's keys as bytes at least as wide as ``batch``'s (None: search strings).
+
+        Built from the keys the first time (after a restore: once), widened when a longer key
+        comes; ``batch`` None (keys the bytes cannot hold) turns the bytes off for good.
+        """
+        if batch is None:
+            self._indexable, self._index = False, None
+            return None
+        if self._index is None:
+            self._index = self._utf8(pa.array(self.keys, pa.string()))
+            if self._index is None:
+                self._indexable = False
+                return None
+        if batch.dtype.itemsize > self._index.dtype.itemsize:
+            self._index = self._index.astype(batch.dtype)
+        return self._index
+
+    @staticmethod
+    def _utf8(text: pa.StringArray) -> npt.NDArray[np.bytes_] | None:
+        """``text`` as fixed-width UTF-8 bytes, or None if one is too long or ends in NUL."""
+        if len(text) and (
+            pc.max(pc.binary_length(text)).as_py() > INDEX_MAX_BYTES
+            or pc.any(pc.ends_with(text, "\x00")).as_py()
+        ):
+            return None
+        return _fixed_width(text)
+
+
+def _fixed_width(text: pa.StringArray) -> npt.NDArray[np.bytes_]:
+    """``text``'s UTF-8 bytes as one NUL-padded ``S<width>`` array, without Python objects.
+
+    Each string's bytes are scattered from Arrow's data buffer into its row of a zeroed
+    ``(n, width)`` byte matrix, which numpy then reads as ``n`` fixed-width strings.
+    """
+    n = len(text)
+    offsets = np.frombuffer(text.buffers()[1], dtype=np.int32)[text.offset:text.offset + n + 1]
+    lengths = np.diff(offsets)
+    width = max(int(lengths.max()) if n else 1, 1)
+    out = np.zeros((n, width), dtype=np.uint8)
+    total = int(offsets[-1] - offsets[0]) if n else 0
+    if total:
+        data = np.frombuffer(text.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+        rows = np.repeat(np.arange(n), lengths)
+        cols = np.arange(total) - np.repeat(offsets[:-1] - offsets[0], lengths)
+        out[rows, cols] = data
+    return out.view(f"S{width}").reshape(n)
 
 
 @dataclass(slots=True)
