@@ -225,6 +225,17 @@ def anchor_initial_watermark(revisions: pd.DataFrame, floor_ms: int) -> pd.DataF
 
 
 
+def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
+    r"""``frame`` with its ``key`` column as Arrow strings, for grouping by key.
+
+    pandas' hash table reads an object string only up to its first NUL, so ``groupby`` put
+    ``"a"`` and ``"a\0b"`` in one group; Arrow's hashing reads the whole string.
+    """
+    if "key" in frame.columns and frame["key"].dtype == object:
+        return frame.assign(key=frame["key"].astype("string[pyarrow]"))
+    return frame
+
+
 def window_summary(revisions: pd.DataFrame,
                    fields: Sequence[str] = ACCURACY_FIELDS) -> pd.DataFrame:
     """One row per closed window of one mode: revision counts and latencies.
@@ -247,7 +258,7 @@ def window_summary(revisions: pd.DataFrame,
             "final_emitted_at_ms", *fields]
     if revisions.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
-    revs = revisions.sort_values([*WINDOW_BOUNDS, "revision"], kind="stable")
+    revs = _keyed(revisions).sort_values([*WINDOW_BOUNDS, "revision"], kind="stable")
     finals = revs[revs["is_final"] & ~revs["retracted"]]
     id_cols = list(WINDOW_BOUNDS)
     final_cols = finals[[*id_cols, *fields, "watermark_ms", "emitted_at_ms"]].rename(
@@ -320,7 +331,7 @@ def accuracy_over_time(revisions: pd.DataFrame, grid_ms: Sequence[int],
         return pd.DataFrame({"since_end_ms": grid,
                              **{c: np.full(len(grid), np.nan) for c in cols[1:]}})[cols]
     aggs = _requested(revisions, fields)
-    revs = revisions.sort_values([*WINDOW_BOUNDS, "revision"], kind="stable")
+    revs = _keyed(revisions).sort_values([*WINDOW_BOUNDS, "revision"], kind="stable")
     finals = revs[revs["is_final"] & ~revs["retracted"]]
     ids = list(WINDOW_BOUNDS)
     revs = revs.merge(finals[[*ids, *fields]].rename(
@@ -383,8 +394,9 @@ def wallclock_latency(
         final value's ``emitted_at_ms`` minus the latest accepted arrival).
     """
     ids = list(WINDOW_BOUNDS)
-    wins = summary[[*ids, "first_emitted_at_ms", "final_value_emitted_at_ms"]]
-    pairs = wins.merge(arrivals[["key", "ts_ms", "partition", "offset", "arrival_ms"]], on="key")
+    wins = _keyed(summary[[*ids, "first_emitted_at_ms", "final_value_emitted_at_ms"]])
+    pairs = wins.merge(_keyed(arrivals[["key", "ts_ms", "partition", "offset", "arrival_ms"]]),
+                       on="key")
     if record_span_ms > 0:
         inside = (pairs["ts_ms"] >= pairs["window_start_ms"]) & (
             pairs["ts_ms"] + record_span_ms <= pairs["window_end_ms"])

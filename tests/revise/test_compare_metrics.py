@@ -228,3 +228,14 @@ def test_accuracy_on_the_first_requested_aggregate_of_the_fn_field_form(
     summary = window_summary(p99, ("p99_lat",)).set_index(["key", "window_start_ms"])
     assert summary.loc[("a", 0), "final_value_latency_ms"] == 1000  # rev 1 has the final 18
     assert summary.loc[("a", 0), "p99_lat"] == 18.0
+
+
+def test_keys_that_differ_after_a_nul_are_separate_windows() -> None:
+    """Regression: pandas grouped object strings up to their first NUL ("b" → "a\\0b" was "a")."""
+    rows = [("a\x00b", *r[1:]) if r[0] == "b" else r for r in ROWS]
+    s = window_summary(_frame(rows, "revision")).set_index(["key", "window_start_ms"])
+    assert s["n_revisions"].to_dict() == {("a", 0): 3, ("a\x00b", 0): 2, ("a", 10000): 3}
+    acc = accuracy_over_time(_frame(rows, "revision"), [0]).iloc[0]
+    # at each window's end: a[0,10000) rev 0 (count 2 of 3), a\0b rev 0 and a[10000,20000)
+    # rev 1 already final
+    assert (acc["share_answered"], acc["share_exact"]) == (1.0, pytest.approx(2 / 3))
