@@ -166,7 +166,11 @@ def _cleaned_root(run: QueryRun, root: str) -> None:
     from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA
     from sinks.delta_tables import DeltaTables
 
-    rows = DeltaTable(f"{run.delta}/revisions").to_pyarrow_table()
+    # Every one-row batch must change latest, or its MERGE commits nothing and latest's
+    # versions stop following the batches (the files' order varies between runs): revision 0
+    # of every window first (inserts), then revision 1 of each (updates), and so on.
+    rows = DeltaTable(f"{run.delta}/revisions").to_pyarrow_table().sort_by(
+        [("revision", "ascending"), ("key", "ascending"), ("window_start_ms", "ascending")])
     assert rows.num_rows >= 45
     tables = DeltaTables(root, log_retention_ms=3_600_000).ensure()
     late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
@@ -179,10 +183,10 @@ def _cleaned_root(run: QueryRun, root: str) -> None:
                         os.utime(f, (then, then))
         tables.write_batch("q", b, rows.slice(b, 1), late, dead)
         tables.flush()  # one MERGE into latest per batch
-    # Commit times are the log files' mtimes, stamped by the kernel's coarse clock, which on a
-    # loaded VM can stand still for tens of ms: batch b+1's append then shares latest's
-    # version b+1 time (seen in CI even with 20 ms between batches). Restamp the versions the
-    # test reads, in the order they were written: batch b's append, then its MERGE.
+    assert DeltaTable(f"{root}/latest").version() == DeltaTable(f"{root}/revisions").version()
+    # Commit times are the log files' mtimes, stamped by the kernel's coarse clock: batch b+1's
+    # append could share latest's version b+1 time. Restamp the versions the test reads, in
+    # the order they were written (batch b's append, then its MERGE), 1 s apart.
     base = time.time() - 600
     for table, offset in (("revisions", 0.0), ("latest", 0.5)):
         for f in (Path(root) / table / "_delta_log").glob("0*.json"):
