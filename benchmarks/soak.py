@@ -6,7 +6,9 @@
 Starts the embedded broker (unless ``--bootstrap-servers``), runs ``python -m revise run``
 without ``--once`` as a subprocess (its own process group), and feeds the input topic from a
 thread at ``--rate`` records/s: ``--keys`` keys, event time = wall-clock time minus a uniform
-disorder, so windows open and close in real time. Every ``--sample-s`` seconds (60) it records:
+disorder, so windows open and close in real time. The clock of ``--minutes`` starts once the
+job has logged its first micro-batch (Spark's start-up, up to a minute on a loaded machine, is
+not part of the run); from then, every ``--sample-s`` seconds (60) it records:
 
 - resident memory (RSS, MiB) of the Python driver (the ``revise run`` process), the driver JVM
   (its ``java`` child) and the Python workers (every Python process under the JVM: PySpark's
@@ -271,6 +273,20 @@ def _batch_ms(log_text: str, after_batch: int) -> tuple[list[int], int]:
     return [ms for _b, ms in got], max((b for b, _ms in got), default=after_batch)
 
 
+def _first_batch(run: CliRun, timeout_s: float) -> int | None:
+    """The id of the job's first logged micro-batch, once there is one.
+
+    None when the job exited, or ran none within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and run.proc.poll() is None:
+        _durations, last = _batch_ms(run.log(), -1)
+        if last >= 0:
+            return last
+        time.sleep(0.5)
+    return None
+
+
 def _row(s: Sample) -> str:
     def f(x: float | None, w: int = 7) -> str:
         return f"{x:{w}.0f}" if x is not None else " " * (w - 1) + "-"
@@ -337,6 +353,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="revise run --state-layout (default: revise's own)")
     p.add_argument("--delta-log-retention", default=None, metavar="DUR",
                    help="revise run --delta-log-retention (default: not given, Delta's 30 days)")
+    p.add_argument("--start-timeout-s", type=float, default=600.0,
+                   help="how long the job may take to run its first micro-batch (600)")
     p.add_argument("--workdir", default=None, help="where the checkpoint, Delta and logs go")
     p.add_argument("--json", default=None, help="write samples and verdict to this file")
     return p
@@ -378,10 +396,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             cwd=work, log=work / "job.log")
         feeder.start()
         watcher.start()
+        last_batch = _first_batch(run, args.start_timeout_s)
+        if last_batch is None:
+            print(f"soak: the job ran no micro-batch within {args.start_timeout_s:.0f} s:\n"
+                  f"{run.tail()}", file=sys.stderr)
+            return 1
         print(f"soak: rate={args.rate:.0f}/s keys={args.keys} window={args.window} "
               f"minutes={args.minutes} workdir={work}\n{HEADER}", flush=True)
         t0 = time.monotonic()
-        last_batch = -1
         while time.monotonic() - t0 < args.minutes * 60:
             time.sleep(min(args.sample_s, args.minutes * 60 - (time.monotonic() - t0)))
             if run.proc.poll() is not None:
