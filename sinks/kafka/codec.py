@@ -14,8 +14,9 @@ Trace: a revision of window ``[0,10000)`` of key ``a`` → key
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,33 +45,79 @@ __all__ = [
 ]
 
 _INT_TEXT: Final = r"^-?[0-9]+$"
+_ESCAPED: Final = np.zeros(256, dtype=bool)
+_ESCAPED[[*range(0x20), ord('"'), ord("\\")]] = True
+"""The bytes orjson escapes in a JSON string (checked over every code point): control
+characters, the quote and the backslash. A string without them is its JSON literal in quotes.
+None of them occurs inside a multi-byte UTF-8 character (those bytes are all >= 0x80)."""
+
+_Literals: TypeAlias = "pa.Array | str"
+"""A column's JSON literals: one per row, or one ``str`` when every row has the same."""
 
 
-def _json_strings(col: pa.Array) -> pa.Array:
-    """Render one Arrow column as JSON literals (string array, nulls as ``null``)."""
+def _constant(col: pa.Array) -> str | None:
+    """The one JSON literal of a column whose rows are all the same non-null value, else None.
+
+    Not for doubles: ``0.0`` and ``-0.0`` compare equal and render apart.
+    """
+    t = col.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_boolean(t)
+            or pa.types.is_integer(t)) or col.null_count or len(col) == 0:
+        return None
+    low, high = pc.min_max(col).values()
+    if low.as_py() != high.as_py():
+        return None
+    return orjson.dumps(low.as_py()).decode()
+
+
+def _needs_escape(col: pa.Array) -> bool:
+    """Whether any string of ``col`` holds a character JSON escapes (one pass over its bytes)."""
+    if len(col) == 0:
+        return False
+    _validity, offsets, data = col.buffers()
+    if data is None:
+        return False
+    width = np.int64 if pa.types.is_large_string(col.type) else np.int32
+    at = np.frombuffer(offsets, dtype=width)[col.offset:col.offset + len(col) + 1]
+    text = np.frombuffer(data, dtype=np.uint8)[at[0]:at[-1]]
+    return bool(_ESCAPED[text].any())
+
+
+def _json_strings(col: pa.Array) -> _Literals:
+    """Render one Arrow column as JSON literals (nulls as ``null``).
+
+    A column whose rows are all one value (the query id, the batch id…) is rendered once.
+    """
     t = col.type
     if pa.types.is_dictionary(t):
         col = col.cast(t.value_type)
         t = col.type
+    constant = _constant(col)
+    if constant is not None:
+        return constant
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        # Escape each distinct string once (orjson), then gather: O(distinct) Python calls.
-        enc = pc.dictionary_encode(col)
-        literals = [orjson.dumps(v).decode() for v in enc.dictionary.to_pylist()]
-        out = pc.take(pa.array(literals, pa.string()), enc.indices)
+        if not _needs_escape(col):
+            # Nothing to escape (the usual case): the literal is the string in quotes.
+            out = pc.binary_join_element_wise('"', col, '"', "")
+        else:
+            # Escape each distinct string once (orjson), then gather: O(distinct) calls.
+            enc = pc.dictionary_encode(col)
+            literals = [orjson.dumps(v).decode() for v in enc.dictionary.to_pylist()]
+            out = pc.take(pa.array(literals, pa.string()), enc.indices)
     elif pa.types.is_boolean(t) or pa.types.is_integer(t):
         out = col.cast(pa.string())
     elif pa.types.is_floating(t):
         col = col.cast(pa.float64())
         out = col.cast(pa.string())  # shortest round-trip form
-        # 3 → 3.0 so JSON readers keep the double type; NaN/±inf have no JSON form → null.
-        # Both passes are skipped when no value needs them (aggregates of real-valued data
-        # are rarely integral).
-        if pc.any(pc.equal(pc.floor(col), col)).as_py():
-            out = pc.if_else(
-                pc.match_substring_regex(out, _INT_TEXT),
-                pc.binary_join_element_wise(out, ".0", ""),
-                out,
-            )
+        # 3 → 3.0 so JSON readers keep the double type, for the integral values only (rare
+        # in aggregates of real-valued data); 1e+20 already reads as a double.
+        integral = pc.fill_null(pc.equal(pc.floor(col), col), False)
+        if pc.any(integral).as_py():
+            text = pc.filter(out, integral)
+            text = pc.if_else(pc.match_substring_regex(text, _INT_TEXT),
+                              pc.binary_join_element_wise(text, ".0", ""), text)
+            out = pc.replace_with_mask(out, integral, text)
+        # NaN/±inf have no JSON form → null.
         finite = pc.is_finite(col)
         if not pc.all(finite).as_py():
             out = pc.if_else(finite, out, pa.scalar(None, pa.string()))
@@ -81,23 +128,31 @@ def _json_strings(col: pa.Array) -> pa.Array:
 
 
 def _json_objects(
-    table: pa.Table, names: Sequence[str], cache: dict[str, pa.Array] | None = None
+    table: pa.Table, names: Sequence[str], cache: dict[str, _Literals] | None = None
 ) -> pa.Array:
     """One JSON object per row with the given columns in the given order (canonical bytes).
 
     ``cache`` holds already rendered columns (name → JSON literals) to share between the key
-    and the value of the same rows.
+    and the value of the same rows. Constant columns join the literal text around them, so
+    the row-wise join has fewer parts.
     """
-    parts: list[Any] = []
+    parts: list[_Literals] = []
+    text = ""  # literal text not yet added to ``parts``
     for i, name in enumerate(names):
-        parts.append(("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":")
+        text += ("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":"
         lit = cache.get(name) if cache is not None else None
         if lit is None:
             lit = _json_strings(table.column(name).combine_chunks())
             if cache is not None:
                 cache[name] = lit
-        parts.append(lit)
-    parts.append("}")
+        if isinstance(lit, str):
+            text += lit
+        else:
+            parts += [text, lit]
+            text = ""
+    parts.append(text + "}")
+    if len(parts) == 1:  # every column constant
+        return pa.array([parts[0]] * table.num_rows, pa.string())
     return pc.binary_join_element_wise(*parts, "")
 
 
