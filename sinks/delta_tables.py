@@ -57,6 +57,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -680,21 +681,33 @@ class DeltaTables:
 
 
 def highest_per_window(revisions: pa.Table) -> pa.Table:
-    """One row per :data:`LATEST_KEY`: the one with the highest ``revision`` (first on ties)."""
+    """One row per :data:`LATEST_KEY`: the one with the highest ``revision`` (first on ties).
+
+    Rows come out in :data:`LATEST_KEY` order. The windows are sorted as integers (a string
+    column by the rank of its distinct values, compared as whole strings), and only the
+    winning rows are gathered.
+    """
     if revisions.num_rows <= 1:
         return revisions
-    order = pc.sort_indices(
-        revisions,
-        sort_keys=[*((c, "ascending") for c in LATEST_KEY), ("revision", "descending")],
-    )
-    ordered = revisions.take(order)
-    new_group = np.zeros(ordered.num_rows, dtype=bool)
-    new_group[0] = True
-    for c in LATEST_KEY:
-        col = ordered.column(c).combine_chunks()
-        differs = pc.not_equal(col.slice(1), col.slice(0, len(col) - 1))
-        new_group[1:] |= differs.to_numpy(zero_copy_only=False)
-    return ordered.filter(pa.array(new_group))
+    keys = [_sort_codes(revisions.column(c).combine_chunks()) for c in LATEST_KEY]
+    revision = revisions.column("revision").combine_chunks().to_numpy(zero_copy_only=False)
+    # lexsort: last key first; stable, so equal revisions keep their arrival order
+    order = np.lexsort([-revision.astype(np.int64), *reversed(keys)])
+    first = np.zeros(len(order), dtype=bool)
+    first[0] = True
+    for k in keys:
+        ordered = k[order]
+        first[1:] |= ordered[1:] != ordered[:-1]
+    return revisions.take(pa.array(order[first]))
+
+
+def _sort_codes(col: pa.Array) -> npt.NDArray[np.int64]:
+    """Integers that sort like ``col``: a string's rank among the distinct strings."""
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        enc = pc.dictionary_encode(col)
+        rank = pc.rank(enc.dictionary, sort_keys="ascending", tiebreaker="first").to_numpy()
+        return rank.astype(np.int64)[enc.indices.to_numpy()]  # type: ignore[no-any-return]
+    return col.to_numpy(zero_copy_only=False).astype(np.int64)  # type: ignore[no-any-return]
 
 
 def _nothing() -> float:

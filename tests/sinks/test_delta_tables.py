@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from revise.query.views import REGISTERED_VIEWS, register_views, table_schema, view_sql
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
@@ -280,6 +282,39 @@ def test_highest_per_window_keeps_one_row_per_window(make_revision):
     assert sorted(zip(got.column("key").to_pylist(), got.column("window_end_ms").to_pylist(),
                       got.column("revision").to_pylist(), strict=True)) == [
         ("a", 10, 3), ("a", 20, 2), ("b", 10, 0)]
+
+
+_WINDOW_ROWS = st.lists(
+    st.tuples(st.sampled_from(["q", "q2"]), st.sampled_from(["a", "a\0", "a\0b", "b", "é", ""]),
+              st.integers(0, 2), st.integers(0, 3)),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_WINDOW_ROWS)
+def test_highest_per_window_matches_a_plain_reference(rows):
+    """(query_id, key, window start, revision) rows; the window ends 10 after it starts."""
+    from sinks.delta_tables import highest_per_window
+
+    n = len(rows)
+    table = pa.table({
+        "query_id": [r[0] for r in rows], "key": [r[1] for r in rows],
+        "window_start_ms": pa.array([r[2] for r in rows], pa.int64()),
+        "window_end_ms": pa.array([r[2] + 10 for r in rows], pa.int64()),
+        "revision": pa.array([r[3] for r in rows], pa.int32()),
+        "emitted_at_ms": pa.array(range(n), pa.int64()),  # which row won
+    })
+    best: dict[tuple[str, str, int, int], tuple[int, int]] = {}
+    for i, (q, k, start, rev) in enumerate(rows):
+        window = (q, k, start, start + 10)
+        if window not in best or rev > best[window][0]:  # first on ties
+            best[window] = (rev, i)
+    want = [(*w, *best[w]) for w in sorted(best)]  # Python's str order: code points, as UTF-8
+    got = highest_per_window(table)
+    assert list(zip(*(got.column(c).to_pylist() for c in (
+        "query_id", "key", "window_start_ms", "window_end_ms", "revision", "emitted_at_ms")),
+        strict=True)) == want
 
 
 def _latest_version(tables: DeltaTables, query_id: str = "q") -> int | None:
