@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from benchmarks.latency import _batches, _last_batch, _latencies
 from benchmarks.soak import Feeder
 
@@ -98,6 +100,28 @@ def test_cpu_use_counts_the_block_by_process_kind():
     assert 0.3 <= seconds["driver"] < 0.6, seconds  # this process, the 0.4 s before not
     assert 0.5 <= seconds["workers"] < 0.9, seconds  # a live Python child
     assert seconds["jvm"] == 0.0, seconds  # no JVM in this process tree
+
+
+def test_peak_rss_counts_the_children_too():
+    import subprocess
+    import sys
+
+    import psutil
+
+    from benchmarks.bench_job import PeakRss
+
+    hold = ("import time\nb = bytearray(200 * 2**20)\nb[::4096] = b'x' * len(b[::4096])\n"
+            "print('ready', flush=True)\ntime.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        with PeakRss() as rss:
+            own = psutil.Process().memory_info().rss
+            time.sleep(2 * PeakRss.SAMPLE_S)
+    finally:
+        child.kill()
+        child.wait()
+    assert rss.peak_bytes - own >= 200 * 2**20, (rss.peak_bytes, own)
 
 
 def test_bench_job_keeps_every_micro_batch_with_its_steps(tmp_path):
