@@ -9,7 +9,8 @@ TEST_WORKERS ?= 2
 
 .PHONY: install demo test lint bench bench-engine bench-job clean
 
-$(STAMP): pyproject.toml revise/infra/poms/kafka.xml revise/infra/poms/spark.xml
+$(STAMP): pyproject.toml revise/infra/poms/kafka.xml revise/infra/poms/spark.xml \
+          revise/infra/pyspark_bytecode.py
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "revise needs Python 3.11, got " + sys.version.split()[0]'
 	@command -v java >/dev/null || { echo "Java 17 is required (apt-get install openjdk-17-jdk-headless)"; exit 2; }
 	@command -v mvn >/dev/null || { echo "Maven is required (apt-get install maven)"; exit 2; }
@@ -17,6 +18,7 @@ $(STAMP): pyproject.toml revise/infra/poms/kafka.xml revise/infra/poms/spark.xml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	$(PY) -m revise.infra.jars
+	$(PY) -m revise.infra.pyspark_bytecode
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,63 @@
+"""Bytecode in Spark's Python zips: imported from the zip, same code, installed by ``make``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from revise.infra.pyspark_bytecode import add_bytecode, has_bytecode, spark_python_zips
+
+_MOD = b"def answer():\n    return 6 * 7\n\ndef fail():\n    raise ValueError('from mod')\n"
+
+
+def _run(archive: Path, code: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(archive)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True, timeout=60)
+    return done.stdout
+
+
+def test_a_zip_gets_bytecode_once_and_imports_the_same_code_from_it(tmp_path):
+    archive = tmp_path / "pkg.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("pkg/__init__.py", b"")
+        z.writestr("pkg/mod.py", _MOD)
+        z.writestr("pkg/data.txt", b"not code")
+    before = {n: zipfile.ZipFile(archive).read(n) for n in zipfile.ZipFile(archive).namelist()}
+    assert not has_bytecode(archive)
+    assert add_bytecode(archive) and has_bytecode(archive)
+    assert not add_bytecode(archive)  # the second time: nothing to do
+    with zipfile.ZipFile(archive) as z:
+        names = z.namelist()
+        assert {n: z.read(n) for n in before} == before  # the zip's own entries unchanged
+    assert sorted(names) == sorted([*before, "pkg/__init__.pyc", "pkg/mod.pyc"])
+    out = _run(archive, "import traceback, pkg.mod as m\nprint(m.__file__)\nprint(m.answer())\n"
+                        "try:\n    m.fail()\nexcept ValueError as e:\n"
+                        "    print(traceback.extract_tb(e.__traceback__)[-1].filename)")
+    file, answer, raised_in = out.split()
+    assert file == f"{archive}{os.sep}pkg{os.sep}mod.pyc" and answer == "42"
+    assert raised_in == f"{archive}{os.sep}pkg/mod.py"  # tracebacks name the source
+
+
+def test_bytecode_of_another_interpreter_falls_back_to_the_source(tmp_path):
+    archive = tmp_path / "pkg.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("pkg/__init__.py", b"")
+        z.writestr("pkg/mod.py", _MOD)
+        z.writestr("pkg/mod.pyc", b"\0\0\0\0" + b"\0" * 12 + b"garbage")  # wrong magic
+    assert not has_bytecode(archive)
+    assert _run(archive, "import pkg.mod as m\nprint(m.__file__, m.answer())").split() == [
+        f"{archive}{os.sep}pkg{os.sep}mod.py", "42"]
+
+
+def test_the_installed_pyspark_zips_carry_bytecode():
+    """``make install`` ran ``python -m revise.infra.pyspark_bytecode``."""
+    zips = spark_python_zips()
+    assert any(z.name == "pyspark.zip" for z in zips), zips
+    assert all(has_bytecode(z) for z in zips), zips
+    pyspark_zip = next(z for z in zips if z.name == "pyspark.zip")
+    out = _run(pyspark_zip, "import pyspark.worker as w\nprint(w.__file__)")
+    assert out.strip().endswith(".pyc") and out.startswith(str(pyspark_zip)), out
