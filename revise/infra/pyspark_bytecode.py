@@ -7,10 +7,14 @@ only, and Python's ``zipimport`` never caches the bytecode it compiles, so each 
 processes compiles pyspark again: 1.85 s of CPU to import the worker's modules from the
 zip, against 0.36 s from site-packages, each time (measured here; issue 12 has the figures).
 
-:func:`add_bytecode` writes the zip again with a ``.pyc`` beside every ``.py`` (PEP 552,
-unchecked hash-based: the zip is replaced whole when pyspark is reinstalled, so its bytecode
-cannot go stale). ``zipimport`` prefers ``name.pyc``; an interpreter of another version finds
-the wrong magic number and compiles the source, as before. Nothing else in the zip changes.
+:func:`add_bytecode` writes the zip again with a ``.pyc`` beside the ``.py`` of each module
+those processes import (:data:`WORKER_IMPORTS` and what they import, ~100 of pyspark's
+~1,300; PEP 552, unchecked hash-based: the zip is replaced whole when pyspark is reinstalled,
+so its bytecode cannot go stale). Not every module: a worker re-reads the zip's directory
+(pure Python, ~9 µs an entry) each time PySpark calls ``importlib.invalidate_caches()``, many
+times a run, and a ``.pyc`` for all of them doubled that. ``zipimport`` prefers ``name.pyc``;
+an interpreter of another version finds the wrong magic number and compiles the source, as
+before. Nothing else in the zip changes.
 Run ``python -m revise.infra.pyspark_bytecode`` (the Makefile's ``install`` does) for the
 pip-installed pyspark; a cluster's own ``SPARK_HOME`` is left to its owner.
 """
@@ -18,15 +22,31 @@ pip-installed pyspark; a cluster's own ``SPARK_HOME`` is left to its owner.
 from __future__ import annotations
 
 import importlib.util
+import json
 import marshal
 import os
+import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Final
 
-__all__ = ["add_bytecode", "has_bytecode", "main", "spark_python_zips"]
+__all__ = ["WORKER_IMPORTS", "add_bytecode", "has_bytecode", "imported_entries", "main",
+           "spark_python_zips"]
+
+WORKER_IMPORTS: Final = (
+    "pyspark.daemon",
+    "pyspark.worker",
+    "pyspark.sql.streaming.transform_with_state_driver_worker",
+    "pyspark.sql.pandas.serializers",
+    "pyspark.sql.pandas.types",
+    "pyspark.sql.streaming.stateful_processor",
+    "pyspark.sql.streaming.stateful_processor_api_client",
+    "revise.spark.operator",
+)
+"""What the Python processes Spark starts for revise import (with what those import)."""
 
 _UNCHECKED_HASH: Final = (0b01).to_bytes(4, "little")
 """PEP 552 flags: hash-based, source not checked."""
@@ -39,37 +59,47 @@ def _pyc(source: bytes, path: str) -> bytes:
             + marshal.dumps(code))
 
 
-def has_bytecode(archive: Path) -> bool:
-    """Whether every ``.py`` in ``archive`` has a ``.pyc`` beside it for this interpreter."""
+def _sources(z: zipfile.ZipFile, entries: Collection[str] | None) -> list[str]:
+    """The ``.py`` entries of ``z`` to compile: those in ``entries`` (all when None)."""
+    return [n for n in z.namelist() if n.endswith(".py") and (entries is None or n in entries)]
+
+
+def has_bytecode(archive: Path, entries: Collection[str] | None = None) -> bool:
+    """Whether the ``.py`` files of ``entries`` in ``archive`` have this interpreter's ``.pyc``.
+
+    ``entries`` are zip entry names; None means every ``.py`` of the zip.
+    """
     with zipfile.ZipFile(archive) as z:
         names = set(z.namelist())
-        sources = [n for n in names if n.endswith(".py")]
+        sources = _sources(z, entries)
         if not all(n + "c" in names for n in sources):
             return False
-        return not sources or z.read(sources[0] + "c")[:4] == importlib.util.MAGIC_NUMBER
+        return all(z.read(n + "c")[:4] == importlib.util.MAGIC_NUMBER for n in sources)
 
 
-def add_bytecode(archive: Path) -> bool:
-    """Rewrite ``archive`` with a ``.pyc`` beside each ``.py``; False when it has them already.
+def add_bytecode(archive: Path, entries: Collection[str] | None = None) -> bool:
+    """Rewrite ``archive`` with a ``.pyc`` beside each ``.py`` of ``entries``; False if done.
 
-    The new zip is written beside the old one and moved over it, so a reader sees one or the
-    other whole.
+    ``entries`` are zip entry names; None means every ``.py`` of the zip. The new zip is
+    written beside the old one and moved over it, so a reader sees one or the other whole.
 
     Raises:
         OSError: the folder is not writable.
         SyntaxError: a source does not compile with this interpreter.
     """
-    if has_bytecode(archive):
+    if has_bytecode(archive, entries):
         return False
     fd, tmp = tempfile.mkstemp(prefix=archive.name, suffix=".tmp", dir=archive.parent)
     os.close(fd)
     try:
         with zipfile.ZipFile(archive) as src, zipfile.ZipFile(tmp, "w") as dst:
-            names = set(src.namelist())
+            compiled = {n + "c" for n in _sources(src, entries)}  # written beside their .py
             for info in src.infolist():
+                if info.filename in compiled:
+                    continue  # stale bytecode (another interpreter's): replaced below
                 data = src.read(info)
                 dst.writestr(info, data)
-                if info.filename.endswith(".py") and info.filename + "c" not in names:
+                if info.filename + "c" in compiled:
                     pyc = zipfile.ZipInfo(info.filename + "c", date_time=info.date_time)
                     pyc.compress_type = zipfile.ZIP_DEFLATED
                     dst.writestr(pyc, _pyc(data, f"{archive}{os.sep}{info.filename}"))
@@ -89,15 +119,44 @@ def spark_python_zips() -> list[Path]:
     return sorted(lib.glob("*.zip"))
 
 
+def imported_entries(archives: Sequence[Path],
+                     modules: Sequence[str] = WORKER_IMPORTS) -> dict[Path, set[str]]:
+    """Per archive, the ``.py`` entries that importing ``modules`` loads from it.
+
+    Found by a fresh interpreter with ``archives`` first on its path, as Spark's are; a
+    module it cannot import is skipped.
+    """
+    probe = (
+        "import importlib, json, sys\n"
+        f"for m in {list(modules)!r}:\n"
+        "    try:\n        importlib.import_module(m)\n"
+        "    except ImportError:\n        pass\n"
+        "print(json.dumps([getattr(m.__spec__, 'origin', None) for m in list(sys.modules.values())"
+        " if getattr(m, '__spec__', None) is not None]))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, archives))}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                          text=True, check=True, timeout=300)
+    found: dict[Path, set[str]] = {a: set() for a in archives}
+    for origin in json.loads(done.stdout.splitlines()[-1]):
+        for archive in archives:
+            if origin and origin.startswith(f"{archive}{os.sep}"):
+                found[archive].add(origin[len(str(archive)) + 1:].removesuffix("c"))
+    return found
+
+
 def main() -> int:
     """Add bytecode to the pip-installed pyspark's zips; prints what it did."""
-    for archive in spark_python_zips():
+    archives = spark_python_zips()
+    entries = imported_entries(archives)
+    for archive in archives:
         try:
-            done = add_bytecode(archive)
+            done = add_bytecode(archive, entries[archive])
         except OSError as e:
             print(f"{archive}: left as it is ({e}); Spark's Python workers compile it at start")
             continue
-        print(f"{archive}: {'bytecode added' if done else 'has bytecode already'}")
+        what = "bytecode added" if done else "has bytecode already"
+        print(f"{archive}: {what} ({len(entries[archive])} modules the workers import)")
     return 0
 
 

@@ -8,7 +8,12 @@ import sys
 import zipfile
 from pathlib import Path
 
-from revise.infra.pyspark_bytecode import add_bytecode, has_bytecode, spark_python_zips
+from revise.infra.pyspark_bytecode import (
+    add_bytecode,
+    has_bytecode,
+    imported_entries,
+    spark_python_zips,
+)
 
 _MOD = b"def answer():\n    return 6 * 7\n\ndef fail():\n    raise ValueError('from mod')\n"
 
@@ -42,6 +47,26 @@ def test_a_zip_gets_bytecode_once_and_imports_the_same_code_from_it(tmp_path):
     assert raised_in == f"{archive}{os.sep}pkg/mod.py"  # tracebacks name the source
 
 
+def test_only_the_modules_named_get_bytecode_and_those_are_found_by_importing(tmp_path):
+    archive = tmp_path / "pkg.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("pkg/__init__.py", b"")
+        z.writestr("pkg/user.py", b"from pkg import mod\n")
+        z.writestr("pkg/mod.py", _MOD)
+        z.writestr("pkg/unused.py", b"x = 1\n")
+    entries = imported_entries([archive], ["pkg.user", "no_such_module"])[archive]
+    assert entries == {"pkg/__init__.py", "pkg/user.py", "pkg/mod.py"}
+    assert add_bytecode(archive, entries) and has_bytecode(archive, entries)
+    assert not has_bytecode(archive)  # pkg/unused.py has none
+    assert not add_bytecode(archive, entries)
+    names = zipfile.ZipFile(archive).namelist()
+    assert sorted(n for n in names if n.endswith(".pyc")) == [
+        "pkg/__init__.pyc", "pkg/mod.pyc", "pkg/user.pyc"]
+    out = _run(archive, "import pkg.user, pkg.unused\nprint(pkg.user.__file__)\n"
+                        "print(pkg.unused.__file__)\nprint(pkg.user.mod.answer())")
+    assert out.split() == [f"{archive}/pkg/user.pyc", f"{archive}/pkg/unused.py", "42"]
+
+
 def test_bytecode_of_another_interpreter_falls_back_to_the_source(tmp_path):
     archive = tmp_path / "pkg.zip"
     with zipfile.ZipFile(archive, "w") as z:
@@ -51,13 +76,22 @@ def test_bytecode_of_another_interpreter_falls_back_to_the_source(tmp_path):
     assert not has_bytecode(archive)
     assert _run(archive, "import pkg.mod as m\nprint(m.__file__, m.answer())").split() == [
         f"{archive}{os.sep}pkg{os.sep}mod.py", "42"]
+    assert add_bytecode(archive)  # this interpreter's replaces it
+    assert has_bytecode(archive) and zipfile.ZipFile(archive).namelist().count("pkg/mod.pyc") == 1
+    assert _run(archive, "import pkg.mod as m\nprint(m.__file__, m.answer())").split() == [
+        f"{archive}{os.sep}pkg{os.sep}mod.pyc", "42"]
 
 
 def test_the_installed_pyspark_zips_carry_bytecode():
     """``make install`` ran ``python -m revise.infra.pyspark_bytecode``."""
     zips = spark_python_zips()
     assert any(z.name == "pyspark.zip" for z in zips), zips
-    assert all(has_bytecode(z) for z in zips), zips
     pyspark_zip = next(z for z in zips if z.name == "pyspark.zip")
+    entries = imported_entries(zips)
+    assert "pyspark/worker.py" in entries[pyspark_zip] and all(entries.values()), entries
+    assert all(has_bytecode(z, entries[z]) for z in zips), zips
     out = _run(pyspark_zip, "import pyspark.worker as w\nprint(w.__file__)")
     assert out.strip().endswith(".pyc") and out.startswith(str(pyspark_zip)), out
+    # only those: every entry makes a worker's re-read of the zip's directory dearer
+    names = zipfile.ZipFile(pyspark_zip).namelist()
+    assert sum(n.endswith(".pyc") for n in names) < sum(n.endswith(".py") for n in names) / 4
