@@ -125,12 +125,16 @@ def imported_entries(archives: Sequence[Path],
 
     Found by a fresh interpreter with ``archives`` first on its path, as Spark's are; a
     module it cannot import is skipped.
+
+    Raises:
+        subprocess.CalledProcessError: the interpreter failed.
+        ValueError: its output was not the expected JSON.
     """
     probe = (
         "import importlib, json, sys\n"
         f"for m in {list(modules)!r}:\n"
         "    try:\n        importlib.import_module(m)\n"
-        "    except ImportError:\n        pass\n"
+        "    except Exception:\n        pass\n"
         "print(json.dumps([getattr(m.__spec__, 'origin', None) for m in list(sys.modules.values())"
         " if getattr(m, '__spec__', None) is not None]))"
     )
@@ -148,7 +152,11 @@ def imported_entries(archives: Sequence[Path],
 def main() -> int:
     """Add bytecode to the pip-installed pyspark's zips; prints what it did."""
     archives = spark_python_zips()
-    entries = imported_entries(archives)
+    try:
+        entries = imported_entries(archives)
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        print(f"pyspark's zips left as they are: finding what the workers import failed ({e})")
+        return 0
     for archive in archives:
         try:
             done = add_bytecode(archive, entries[archive])
