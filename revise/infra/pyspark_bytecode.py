@@ -142,7 +142,7 @@ def imported_entries(archives: Sequence[Path],
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
                           text=True, check=True, timeout=300)
     found: dict[Path, set[str]] = {a: set() for a in archives}
-    for origin in json.loads(done.stdout.splitlines()[-1]):
+    for origin in json.loads(done.stdout.strip().rsplit("\n", 1)[-1]):
         for archive in archives:
             if origin and origin.startswith(f"{archive}{os.sep}"):
                 found[archive].add(origin[len(str(archive)) + 1:].removesuffix("c"))
