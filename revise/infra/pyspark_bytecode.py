@@ -4,14 +4,15 @@ Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` (and py4j's zip) first on the
 ``PYTHONPATH`` of every Python process it starts: the daemon and its workers, and the
 process that runs ``transformWithStateInPandas``' driver-side calls. The zips hold sources
 only, and Python's ``zipimport`` never caches the bytecode it compiles, so each of those
-processes compiles pyspark again: 1.85 s of CPU to import the worker's modules from the
-zip, against 0.36 s from site-packages, each time (measured here; issue 12 has the figures).
+processes compiles pyspark again: 1.2–1.4 CPU s to import the worker's modules from the
+zip, against 0.2–0.35 s from site-packages, each time (docs/BENCHMARKS.md, *Where the
+driver's CPU goes*).
 
 :func:`add_bytecode` writes the zip again with a ``.pyc`` beside the ``.py`` of each module
 those processes import (:data:`WORKER_IMPORTS` and what they import, ~100 of pyspark's
 ~1,300; PEP 552, unchecked hash-based: the zip is replaced whole when pyspark is reinstalled,
 so its bytecode cannot go stale). Not every module: a worker re-reads the zip's directory
-(pure Python, ~9 µs an entry) each time PySpark calls ``importlib.invalidate_caches()``, many
+(pure Python, 5–9 µs an entry) each time PySpark calls ``importlib.invalidate_caches()``, many
 times a run, and a ``.pyc`` for all of them doubled that. ``zipimport`` prefers ``name.pyc``;
 an interpreter of another version finds the wrong magic number and compiles the source, as
 before. Nothing else in the zip changes.
