@@ -295,11 +295,18 @@ def _batch_figures(progress: list[dict[str, Any]], checkpoint: Path) -> dict[str
 
 
 def _batch_row(progress: dict[str, Any]) -> dict[str, Any]:
-    """One micro-batch of a progress report: id, input rows, seconds, revise's steps (ms)."""
+    """One micro-batch of a progress report: id, input rows, seconds, revise's steps (ms).
+
+    ``spark_ms`` is Spark's own split of the batch (``durationMs``: ``queryPlanning``,
+    ``addBatch`` — the sink, so revise's steps —, ``walCommit``, ``commitOffsets``…), which
+    says where a batch's time outside revise's steps goes.
+    """
+    durations = progress.get("durationMs") or {}
     return {"batch_id": progress.get("batchId"),
             "rows": int(progress.get("numInputRows") or 0),
-            "seconds": (progress.get("durationMs") or {}).get("triggerExecution", 0) / 1000,
-            **(progress.get("revise") or {})}
+            "seconds": durations.get("triggerExecution", 0) / 1000,
+            **(progress.get("revise") or {}),
+            "spark_ms": {k: v for k, v in durations.items() if k != "triggerExecution"}}
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
