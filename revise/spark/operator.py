@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import pyarrow as pa
 
 from revise.config import EngineConfig
@@ -53,6 +52,7 @@ from revise.spark.shard_state import (
 from revise.spark.tws_input import install as _install_columnar_input
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql.streaming.state import GroupState
 
 try:  # the workers and the driver have pyspark; the engine's own tests need not
@@ -351,6 +351,8 @@ def _split_input(frames: list[pd.DataFrame], topic: str, batch_id: int,
         def column(name: str, dtype: Any) -> npt.NDArray[Any]:
             return np.concatenate([f[name].to_numpy(dtype=dtype) for f in frames])
     else:
+        import pandas as pd
+
         rows = pd.concat(frames, ignore_index=True)
         if bad.any():
             dead.append(_dead_letters(rows[bad], topic, batch_id))
@@ -390,6 +392,8 @@ def encode_output(*, revisions: Sequence[pa.Table], late: Sequence[pa.Table],
             chunks.append((kind, *_ipc(table.slice(start, CHUNK_ROWS))))
     if not chunks:
         return None
+    import pandas as pd
+
     return pd.DataFrame({
         "kind": [k for k, _n, _b in chunks],
         "rows": [n for _k, n, _b in chunks],

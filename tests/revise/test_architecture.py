@@ -74,6 +74,20 @@ def test_every_module_imports_in_a_fresh_interpreter():
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def test_the_operator_imports_without_pandas():
+    """Spark's driver-side pre-init process for ``transformWithStateInPandas`` unpickles the
+    operator, so it imports revise.spark.operator and the engine, on the first micro-batch's
+    critical path; pandas (~0.4 s) waits until a batch is read.
+    """
+    code = ("import sys, pyspark.sql.streaming.transform_with_state_driver_worker, "
+            "revise.spark.operator\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[]"
+
+
 def test_sinks_import_only_records_errors_and_vocab_of_revise():
     allowed = {"revise.records", "revise.errors", "revise.vocab"}
     mods = _modules()
