@@ -23,7 +23,8 @@ warm-up), time to the first revision, seconds spent computing and collecting the
 (``collect_s``), in the Kafka commit and in the Delta writes, the peak RSS of the process
 tree (driver JVM, Python driver and Python workers), and the CPU seconds each of those three
 spent (``cpu_s``; :class:`CpuUse`): on a machine whose cores the run keeps busy, throughput
-follows the CPU work, so this says which side a variant's extra time is spent on. Ratios are
+follows the CPU work, so this says which side a variant's extra time is spent on
+(``--jvm-threads``: the JVM's by thread group, ``cpu_jvm_threads_s``). Ratios are
 of figures measured side by side in the same run; ``--repeat N`` runs N rounds of all variants
 round-robin and reports each variant's median run.
 """
@@ -43,6 +44,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Final
+
+from benchmarks.jvm_threads import JvmThreadCpu
 
 __all__ = ["main"]
 
@@ -146,13 +149,16 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
     spark = spark_session(f"bench-{args.variant}", ui=False)
     run = uuid.uuid4().hex[:6]
     work = Path(args.work) / f"{args.variant}-{run}"
-    with PeakRss() as rss, CpuUse() as cpu:
+    threads = JvmThreadCpu() if args.jvm_threads else contextlib.nullcontext()
+    with PeakRss() as rss, CpuUse() as cpu, threads:
         if args.variant.startswith("spark-native"):
             figures = _native(spark, args, work)
         else:
             figures = _revise(spark, args, work, run)
     figures["peak_rss_mb"] = round(rss.peak_bytes / 2**20)
     figures["cpu_s"] = cpu.seconds
+    if isinstance(threads, JvmThreadCpu):
+        figures["cpu_jvm_threads_s"] = threads.seconds
     figures["cpu_jvm_driver_workers_s"] = "/".join(
         str(cpu.seconds.get(k, 0.0)) for k in ("jvm", "driver", "workers"))
     return figures
@@ -344,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state-layout", choices=("snapshot", "log"),
                    help="revise's --state-layout for the revise variants (not the @base ones, "
                         "which run their tree's default); default: revise's own")
+    p.add_argument("--jvm-threads", action="store_true",
+                   help="also report the driver JVM's CPU by thread group (JIT, GC, executor "
+                        "tasks, state server, stream; benchmarks.jvm_threads), sampled from "
+                        "/proc every 0.5 s (not for the @base variants)")
     p.add_argument("--baseline", metavar="DIR",
                    help="a source tree of another revise commit (e.g. a git worktree): a "
                         "variant named VARIANT@base runs VARIANT with DIR first on PYTHONPATH "
@@ -365,9 +375,11 @@ def _child(
     """Run one variant in a fresh process; its figures, or None (reported) if it failed."""
     env = {**os.environ, "REVISE_SPARK_LOG_LEVEL": "ERROR"}
     name, cwd = variant, None
-    layout = ["--state-layout", args.state_layout] if args.state_layout else []
+    options = ["--state-layout", args.state_layout] if args.state_layout else []
+    if args.jvm_threads:
+        options.append("--jvm-threads")
     if variant.endswith(BASELINE_SUFFIX):
-        layout = []  # another tree's bench_job may not know the option
+        options = []  # another tree's bench_job may not know them
         if not args.baseline:
             print(f"{variant} needs --baseline DIR", file=sys.stderr)
             return None
@@ -378,7 +390,7 @@ def _child(
     cmd = [sys.executable, "-m", "benchmarks.bench_job", "--variant", variant, "--topic", topic,
            "--work", str(work), "--bootstrap", bootstrap, "--batch", str(args.batch),
            "--shards", str(args.shards), "--window", args.window, "--grace", args.grace,
-           *layout]
+           *options]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, cwd=cwd)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:

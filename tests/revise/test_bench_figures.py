@@ -142,3 +142,55 @@ def test_bench_job_keeps_every_micro_batch_with_its_steps(tmp_path):
     # The means leave out the first data batch and batches of 1,000 records or fewer.
     assert figures["batch_s_first5"] == figures["batch_s_last5"] == 2.0
     assert figures["checkpoint_mb"] == round(2048 / 2**20, 1)
+
+
+_THREADS_PROBE = """
+import ctypes, sys, threading, time
+libc = ctypes.CDLL(None)
+
+burnt = threading.Semaphore(0)
+
+def burn(name, seconds):
+    libc.prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME: this thread's /proc name
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+    burnt.release()
+    time.sleep(60)  # alive at the block's end: read there (a thread that ended is not)
+
+for a in (("C2 CompilerThre", 0.6), ("Executor task l", 0.3), ("misc", 0.2)):
+    threading.Thread(target=burn, args=a, daemon=True).start()
+for _ in range(3):
+    burnt.acquire()
+print("done", flush=True)
+time.sleep(60)
+"""
+
+
+def test_jvm_thread_cpu_sums_each_group_of_thread_names():
+    import subprocess
+    import sys
+
+    from benchmarks.jvm_threads import JvmThreadCpu, group_of
+
+    names = ("C1 CompilerThre", "GC Thread#3", "G1 Conc#0", "Executor task l",
+             "stateConnection", "stream executio", "Thread-12")
+    assert [group_of(n) for n in names] == [
+        "jit", "gc", "gc", "tasks", "state_server", "stream", "other"]
+    # A stand-in JVM: a Python child whose threads carry JVM thread names, and burn inside the
+    # block (the 15-character names are what Linux keeps of the JVM's).
+    child = None
+    try:
+        with JvmThreadCpu(is_jvm=lambda name: name.startswith("python")) as threads:
+            child = subprocess.Popen([sys.executable, "-c", _THREADS_PROBE],
+                                     stdout=subprocess.PIPE, text=True)
+            assert child.stdout is not None and child.stdout.readline() == "done\n"
+    finally:
+        if child is not None:  # killed after the block, whose end reads it
+            child.kill()
+            child.wait()
+    s = threads.seconds
+    assert 0.5 <= s["jit"] <= 0.9, s
+    assert 0.2 <= s["tasks"] <= 0.5, s
+    assert s["gc"] == s["state_server"] == s["stream"] == 0.0, s
+    assert s["sampled"] >= s["jit"] + s["tasks"], s
