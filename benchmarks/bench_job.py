@@ -6,6 +6,8 @@ memory), one after the other on the same input:
 
 - ``revision-eos``: ``revise run --once`` in revision mode with the exactly-once changelog;
 - ``revision-plain``: the same with a plain (non-transactional, at-least-once) producer;
+- ``revision-overlap``: ``revision-eos`` with ``--overlap-commit`` (a batch's Kafka and Delta
+  writes run while Spark computes the next batch; not in the default set);
 - ``watermark-eos``: watermark mode, exactly-once;
 - ``spark-native``: Spark's own windowed aggregation (update mode, noop sink, same topic and
   micro-batch size, watermark delay = grace, RocksDB state store), the peer;
@@ -50,7 +52,7 @@ from benchmarks.jvm_threads import JvmThreadCpu
 __all__ = ["main"]
 
 VARIANTS = ("revision-eos", "revision-plain", "watermark-eos", "spark-native")
-ALL_VARIANTS = (*VARIANTS, "spark-native-kafka")
+ALL_VARIANTS = (*VARIANTS, "revision-overlap", "spark-native-kafka")
 
 
 class PeakRss:
@@ -180,6 +182,7 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
                             mode=mode, query_id=f"bench-{run}"),
         once=True, max_records_per_batch=args.batch, shards=args.shards,
         transactional=args.variant != "revision-plain",
+        overlap_commit=args.variant == "revision-overlap",
         state_layout=args.state_layout or DEFAULT_STATE_LAYOUT,
     )
     t0 = time.monotonic()
@@ -411,8 +414,10 @@ def _pairs(variants: list[str]) -> list[tuple[str, str]]:
     Revise against Spark native, and a variant against its ``@base`` run.
     """
     pairs: list[tuple[str, str]] = [(ours, peer) for peer in ("spark-native", "spark-native-kafka")
-             for ours in ("revision-eos", "watermark-eos")
+             for ours in ("revision-eos", "revision-overlap", "watermark-eos")
              if ours in variants and peer in variants]
+    if "revision-overlap" in variants and "revision-eos" in variants:
+        pairs.append(("revision-overlap", "revision-eos"))
     pairs += [(v, v + BASELINE_SUFFIX) for v in variants if v + BASELINE_SUFFIX in variants]
     return pairs
 

@@ -143,6 +143,10 @@ class JobConfig:
             ``sinks.delta_layout.MIN_LOG_RETENTION_MS``), set at start; None leaves each
             table's own (Delta's default: 30 days). Bounds what each Delta write costs in a
             run of days, and how far back a time travel reaches.
+        overlap_commit: Write a micro-batch's Kafka transaction and Delta tables while Spark
+            computes the next micro-batch (``--overlap-commit``), not before Spark records it;
+            still exactly once: a start rewinds Spark's record of a batch whose writes a crash
+            cut short (``revise.spark.rewind``). Needs a local or mounted ``--checkpoint``.
         progress_topic: Compacted topic of the changelog's progress markers.
         starting_offsets: Where a new checkpoint starts reading (``earliest``/``latest``).
         kafka: The user's Kafka client settings (SASL, TLS …) for every Kafka client of the
@@ -170,6 +174,7 @@ class JobConfig:
     transactional: bool = True
     delta_commit_interval_ms: int = DEFAULT_DELTA_COMMIT_INTERVAL_MS
     delta_log_retention_ms: int | None = None
+    overlap_commit: bool = False
     progress_topic: str = "_revise_progress"
     starting_offsets: str = "earliest"
     kafka: KafkaSettings = field(default_factory=lambda: KafkaSettings(None))

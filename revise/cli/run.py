@@ -73,6 +73,11 @@ def add_parser(sub: Any) -> None:
                         "costs every later Delta write, and time travel reaches back this far "
                         "(default: each table's own, Delta's 30 days; a run of days on a local "
                         "disk wants 1d or less, docs/RELIABILITY.md)")
+    p.add_argument("--overlap-commit", action="store_true",
+                   help="write each micro-batch's Kafka transaction and Delta tables while "
+                        "Spark computes the next one, instead of before it starts; still "
+                        "exactly once (a restart reruns a batch whose writes a crash cut "
+                        "short); needs a local or mounted --checkpoint")
     p.add_argument("--once", action="store_true",
                    help="process the input available at start, close every window, stop")
     p.add_argument("--shards", type=int, default=DEFAULT_SHARDS,
@@ -129,6 +134,7 @@ def job_config_from_args(args: argparse.Namespace,
         transactional=not args.no_transactions,
         delta_commit_interval_ms=delta_interval,
         delta_log_retention_ms=maybe_duration(args.delta_log_retention, "--delta-log-retention"),
+        overlap_commit=bool(args.overlap_commit),
     )
 
 

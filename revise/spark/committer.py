@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -26,6 +27,7 @@ import pyarrow.compute as pc
 from revise.jobconfig import JobConfig
 from revise.spark.failures import last_committed_batch
 from revise.spark.operator import BatchTables, decode_output
+from revise.spark.rewind import record_done
 from revise.vocab import TABLE_NAMES
 from sinks.delta_tables import DeltaTables
 from sinks.kafka import TransactionalChangelog
@@ -41,7 +43,7 @@ log = logging.getLogger("revise.job")
 CrashHook = Callable[[str, int], None]
 
 CRASH_POINTS: Final = ("before_kafka", "before_kafka_commit", "after_kafka", "during_delta",
-                       "after_delta", "before_latest")
+                       "after_delta", "before_latest", "after_record")
 """Where :meth:`BatchCommitter.__call__` calls its crash hook (named under steps 1–3)."""
 
 RECENT_PROGRESS: Final = 64
@@ -146,6 +148,12 @@ class BatchCommitter:
         self.error: BaseException | None = None
         self._step_ms: dict[int, dict[str, int]] = {}  # see take_steps
         self._step_lock = threading.Lock()  # foreachBatch's thread adds, the driver's takes
+        # --overlap-commit: steps 2-3 of a batch run here while Spark computes the next one.
+        self._pool = (ThreadPoolExecutor(1, thread_name_prefix="revise-commit")
+                      if cfg.overlap_commit else None)
+        self._pending: Future[None] | None = None
+        self.sinks_lock = threading.Lock()
+        """Held while steps 2-3 write; the driver's staged Delta commits between batches too."""
 
     def _crash(self, point: str, batch_id: int) -> None:
         if self.crash_hook is not None:
@@ -194,50 +202,97 @@ class BatchCommitter:
                ``revisions`` when the job starts again (``DeltaTables.catch_up_latest``).
                [``before_latest``: in 3d's thread, once Spark has recorded the batch (step 4),
                before the MERGE that holds it: no replay will redo it]
+           3e. record the batch in ``<checkpoint>/sinks-done`` (:mod:`revise.spark.rewind`).
            [``after_delta``: 3a–3c written, 3d running, Spark has not recorded the batch]
         4. Return: Spark records the batch in its commit log. A crash anywhere before this
            replays the batch with the same offsets and state, so the same revisions, and
            steps 2 and 3 turn the replay into no-ops where they already happened.
+
+        With ``--overlap-commit`` (``JobConfig.overlap_commit``) steps 2–3 run on a background
+        thread: the call returns after step 1, Spark records the batch and computes the next
+        one meanwhile, and the next call first waits for them (and fails with their error).
+        [``after_record``: in that thread, once Spark has recorded the batch, before step 2.]
+        A crash after step 4 but before 3e leaves Spark's record one batch past
+        ``sinks-done``; the next start removes that record before the query starts
+        (:func:`~revise.spark.rewind.rewind_unfinished`), so the batch is replayed as above.
         """
         t0 = time.monotonic()
         try:
+            self.wait()  # --overlap-commit: the previous batch's steps 2-3 (raises its error)
             # 1. compute, collect, decode, stamp
             out = decode_output(df.toArrow(), self.cfg.revision_schema)
             collect_s = time.monotonic() - t0
             self.result.collect_seconds += collect_s
             emitted_at = int(time.time() * 1000)
-            revisions = _stamp(out.revisions, emitted_at)
-            if out.empty:
-                self._account(batch_id, out, None, t0, 0.0)
-                self._steps(batch_id, collect_s, 0.0, 0.0)
-                return
-            self._crash("before_kafka", batch_id)
-            # 2. Kafka: one transaction, skipped when this batch is already committed
-            tk = time.monotonic()
-            committed = self.changelog.commit_batch(
-                batch_id, revisions, out.late, out.dead, emitted_at_ms=emitted_at,
-                before_commit=lambda: self._crash("before_kafka_commit", batch_id),
-            )
-            if committed.skipped and committed.emitted_at_ms is not None:
-                revisions = _stamp(revisions, committed.emitted_at_ms)
-            kafka_s = time.monotonic() - tk
-            self._crash("after_kafka", batch_id)
-            # 3. Delta: idempotent per (query_id, batch_id)
-            td = time.monotonic()
-            self.tables.write_batch(
-                self.cfg.query_id, batch_id, revisions, out.late, out.dead,
-                defer_latest=True,
-                before_latest=lambda: self._crash_once_recorded("before_latest", batch_id),
-            )
-            delta_s = time.monotonic() - td
-            self._account_delta(delta_s)
-            self._crash("after_delta", batch_id)
-            self._account(batch_id, out, committed.skipped, t0, kafka_s)
-            self._steps(batch_id, collect_s, kafka_s, delta_s)
+            if self._pool is None:
+                self._sinks(batch_id, out, emitted_at, t0, collect_s)
+            else:
+                self._pending = self._pool.submit(
+                    self._sinks, batch_id, out, emitted_at, t0, collect_s)
         except BaseException as exc:
             self.error = exc
             raise
         # 4. return → Spark commits the batch
+
+    def wait(self) -> None:
+        """Wait for the batch whose steps 2-3 run in the background (``--overlap-commit``).
+
+        Raises:
+            BaseException: What those steps raised (the job fails; the next start rewinds
+                Spark's record of the batch, :mod:`revise.spark.rewind`).
+        """
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        """Stop the background commit thread (after :meth:`wait`)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def _sinks(self, batch_id: int, out: BatchTables, emitted_at: int, t0: float,
+               collect_s: float) -> None:
+        """Steps 2-3 of batch ``batch_id`` and its record in ``sinks-done``."""
+        try:
+            with self.sinks_lock:
+                self._write_sinks(batch_id, out, emitted_at, t0, collect_s)
+                record_done(self.cfg.checkpoint, batch_id)
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def _write_sinks(self, batch_id: int, out: BatchTables, emitted_at: int, t0: float,
+                     collect_s: float) -> None:
+        if self._pool is not None:
+            self._crash_once_recorded("after_record", batch_id)
+        revisions = _stamp(out.revisions, emitted_at)
+        if out.empty:
+            self._account(batch_id, out, None, t0, 0.0)
+            self._steps(batch_id, collect_s, 0.0, 0.0)
+            return
+        self._crash("before_kafka", batch_id)
+        # 2. Kafka: one transaction, skipped when this batch is already committed
+        tk = time.monotonic()
+        committed = self.changelog.commit_batch(
+            batch_id, revisions, out.late, out.dead, emitted_at_ms=emitted_at,
+            before_commit=lambda: self._crash("before_kafka_commit", batch_id),
+        )
+        if committed.skipped and committed.emitted_at_ms is not None:
+            revisions = _stamp(revisions, committed.emitted_at_ms)
+        kafka_s = time.monotonic() - tk
+        self._crash("after_kafka", batch_id)
+        # 3. Delta: idempotent per (query_id, batch_id)
+        td = time.monotonic()
+        self.tables.write_batch(
+            self.cfg.query_id, batch_id, revisions, out.late, out.dead,
+            defer_latest=True,
+            before_latest=lambda: self._crash_once_recorded("before_latest", batch_id),
+        )
+        delta_s = time.monotonic() - td
+        self._account_delta(delta_s)
+        self._crash("after_delta", batch_id)
+        self._account(batch_id, out, committed.skipped, t0, kafka_s)
+        self._steps(batch_id, collect_s, kafka_s, delta_s)
 
     def after_delta_write(self, table: str, batch_id: int) -> None:
         """The ``during_delta`` crash point: after a write to ``revisions`` (step 3a).

@@ -25,6 +25,7 @@ Why these choices (checked on Spark 4.2, pinned by tests/integration/test_spark_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -46,6 +47,7 @@ from revise.spark.failures import (
     failure_message,
     last_committed_batch,
 )
+from revise.spark.rewind import rewind_unfinished
 from revise.spark.session import long_run_conf, spark_session, sql_setting
 from revise.spark.stream import build_stream, write_close_all
 from sinks.delta_tables import DeltaSchemaError, DeltaTables, DeltaWriteError
@@ -199,7 +201,8 @@ def run_job(
             control_dir = str(Path(cfg.checkpoint) / "control")
             Path(control_dir).mkdir(parents=True, exist_ok=True)
             stream = build_stream(spark, cfg, control_dir)  # the shuffle is planned at start
-            changelog = opening.result()
+            changelog = opening.result()  # this instance's producer has fenced older ones
+            rewind_unfinished(cfg.checkpoint)  # a batch Spark recorded, the sinks did not
         except BaseException:
             _close_once_open(opening)
             raise
@@ -222,6 +225,7 @@ def run_job(
     ran = False
     try:
         driver.run()
+        committer.wait()  # --overlap-commit: the last batch's Kafka and Delta writes
         ran = True
     except JobError as exc:
         clearer = commit_failure(cfg, committer.error)
@@ -231,6 +235,10 @@ def run_job(
     finally:
         if query.isActive:
             query.stop()
+        if not ran:  # the run's own error is the one raised; the next start rewinds
+            with contextlib.suppress(Exception):
+                committer.wait()
+        committer.close()
         changelog.close()
         # The staged history appends and the last batch's MERGE into latest (step 3d runs in
         # the background). When the run failed, its error is the one raised; the next start
@@ -380,11 +388,16 @@ class JobDriver:
         now = time.monotonic()
         if now < self._history_retry_at:
             return
+        lock = self.committer.sinks_lock
+        if not lock.acquire(blocking=False):  # a batch's writes (--overlap-commit) hold it
+            return
         try:
             self.committer.tables.commit_due_history()
         except DeltaWriteError as exc:
             self._history_retry_at = now + HISTORY_RETRY_S
             log.warning("%s (retried in %.0f s)", exc, HISTORY_RETRY_S)
+        finally:
+            lock.release()
 
     def _absorb(self) -> None:
         """Account the progress reports of batches not seen yet.

@@ -135,3 +135,43 @@ def test_kill_with_batches_staged_for_delta_loses_and_duplicates_nothing(job_set
     assert _staged(setup.checkpoint) == []  # the end of the run committed the rest
     report = check_run(setup)
     assert report.windows > 10 and report.too_late > 0
+
+
+def test_overlap_commit_killed_after_spark_recorded_the_batch_loses_and_duplicates_nothing(
+    job_setup, tmp_path
+):
+    """``--overlap-commit``: a micro-batch's Kafka and Delta writes run while Spark records it
+    and computes the next one. Killed there (``after_record``: Spark recorded the batch, its
+    writes had not begun) and at the points inside those writes, each restart first rewinds
+    Spark's record of the unfinished batch (``revise.spark.rewind``) and runs it again."""
+    from revise.spark.rewind import read_done
+
+    setup = job_setup("overlap", window="tumbling:2s", grace_ms=3_000,
+                      max_records_per_batch=200)
+    n_data_batches = 5
+    stream = generate(GeneratorConfig(events=1_000, keys=10, seed=11, disorder_ms=2_000,
+                                      late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.04))
+    produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
+    args = [*setup.cli_args(), "--delta-commit-interval", "0s", "--overlap-commit"]
+    rewound = 0
+    for point in ("after_record", "before_kafka_commit", "after_record", "after_kafka"):
+        target = min(_next_batch(setup.checkpoint) + 1, n_data_batches)
+        run = CliRun(args, cwd=tmp_path, env={"REVISE_CRASH_AT": f"{point}:{target}"},
+                     log=tmp_path / f"run-{point}-{target}.log")
+        rc = run.wait(RUN_TIMEOUT_S)
+        assert rc == -signal.SIGKILL, f"no crash at {point}:{target} (rc={rc}):\n{run.tail()}"
+        assert f"killing the job at {point} of batch" in run.log()
+        rewound += len(re.findall(r"was recorded by Spark but its Kafka and Delta writes",
+                                  run.log()))
+        if point == "after_record":  # Spark is one batch past what the sinks finished
+            assert _next_batch(setup.checkpoint) == target + 1
+            assert read_done(setup.checkpoint) == target - 1
+
+    run = CliRun(args, cwd=tmp_path, log=tmp_path / "run-final.log")
+    rc = run.wait(RUN_TIMEOUT_S)
+    assert rc == 0, run.tail()
+    rewound += len(re.findall(r"was recorded by Spark but its Kafka and Delta writes", run.log()))
+    assert rewound >= 2, "the restarts after after_record rewound nothing"
+    assert read_done(setup.checkpoint) == _next_batch(setup.checkpoint) - 1
+    report = check_run(setup)
+    assert report.windows > 10 and report.late_revisions > 0 and report.too_late > 0

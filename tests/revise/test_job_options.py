@@ -125,6 +125,14 @@ def test_trigger_defaults_to_500ms_unbounded_back_to_back_once_and_the_option_wi
     assert "trigger_ms" not in config("--trigger", "2s").fingerprint()
 
 
+def test_overlap_commit_is_off_by_default_and_not_tied_to_the_checkpoint():
+    assert config().overlap_commit is False
+    on = config("--overlap-commit")
+    assert on.overlap_commit is True
+    # A restart may switch it either way: the start rewinds what an overlapped run left.
+    assert on.fingerprint() == config().fingerprint()
+
+
 def test_delta_commit_interval_defaults_to_5s_and_reads_the_option_and_environment(
         monkeypatch):
     assert config().delta_commit_interval_ms == 5000
