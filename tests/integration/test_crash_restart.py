@@ -54,6 +54,21 @@ def _next_batch(checkpoint: str) -> int:
     return max(done, default=-1) + 1
 
 
+def _crash_at(point: str, args: list[str], checkpoint: str, n_data_batches: int,
+              tmp_path: Path) -> tuple[int, CliRun]:
+    """Run the job killed at ``point`` of the batch after the first one not yet committed.
+
+    The close-all batch (id >= ``n_data_batches``) always has output, so the crash fires.
+    """
+    target = min(_next_batch(checkpoint) + 1, n_data_batches)
+    run = CliRun(args, cwd=tmp_path, env={"REVISE_CRASH_AT": f"{point}:{target}"},
+                 log=tmp_path / f"run-{point}-{target}.log")
+    rc = run.wait(RUN_TIMEOUT_S)
+    assert rc == -signal.SIGKILL, f"no crash at {point}:{target} (rc={rc}):\n{run.tail()}"
+    assert f"killing the job at {point} of batch" in run.log()
+    return target, run
+
+
 def test_kill_at_every_commit_point_loses_and_duplicates_nothing(
     job_setup, tmp_path
 ):
@@ -68,13 +83,7 @@ def test_kill_at_every_commit_point_loses_and_duplicates_nothing(
     # 1.–5. each commit point, aimed at the first batch not yet committed
     for point in ("before_kafka_commit", "after_kafka", "during_delta", "before_latest",
                   "after_delta"):
-        # the close-all batch (id >= n_data_batches) always has output, so the crash fires
-        target = min(_next_batch(setup.checkpoint) + 1, n_data_batches)
-        run = CliRun(args, cwd=tmp_path, env={"REVISE_CRASH_AT": f"{point}:{target}"},
-                     log=tmp_path / f"run-{point}.log")
-        rc = run.wait(RUN_TIMEOUT_S)
-        assert rc == -signal.SIGKILL, f"no crash at {point}:{target} (rc={rc}):\n{run.tail()}"
-        assert f"killing the job at {point} of batch" in run.log()
+        target, run = _crash_at(point, args, setup.checkpoint, n_data_batches, tmp_path)
         history.append(f"{point}:{target}")
         if point == "before_latest":  # latest left behind: a batch Spark recorded is not in it
             app = f"revise-{setup.query_id}"
@@ -155,12 +164,7 @@ def test_overlap_commit_killed_after_spark_recorded_the_batch_loses_and_duplicat
     args = [*setup.cli_args(), "--delta-commit-interval", "0s", "--overlap-commit"]
     rewound = 0
     for point in ("after_record", "before_kafka_commit", "after_record", "after_kafka"):
-        target = min(_next_batch(setup.checkpoint) + 1, n_data_batches)
-        run = CliRun(args, cwd=tmp_path, env={"REVISE_CRASH_AT": f"{point}:{target}"},
-                     log=tmp_path / f"run-{point}-{target}.log")
-        rc = run.wait(RUN_TIMEOUT_S)
-        assert rc == -signal.SIGKILL, f"no crash at {point}:{target} (rc={rc}):\n{run.tail()}"
-        assert f"killing the job at {point} of batch" in run.log()
+        target, run = _crash_at(point, args, setup.checkpoint, n_data_batches, tmp_path)
         rewound += len(re.findall(r"was recorded by Spark but its Kafka and Delta writes",
                                   run.log()))
         if point == "after_record":  # Spark is one batch past what the sinks finished
