@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from revise.cli.run import batch_parts
@@ -10,7 +11,8 @@ from revise.spark.committer import STEP_MS_KEPT, BatchCommitter, JobResult
 
 def _committer() -> BatchCommitter:
     none: Any = None  # the step timings need none of the committer's sinks
-    return BatchCommitter(none, none, none, JobResult("q"))
+    cfg: Any = SimpleNamespace(overlap_commit=False)  # nor of its settings but this one
+    return BatchCommitter(cfg, none, none, JobResult("q"))
 
 
 def test_batch_parts_split_spark_and_commit_steps() -> None:
