@@ -58,16 +58,11 @@ def record_done(checkpoint: str, batch_id: int) -> None:
     os.replace(tmp, path)
 
 
-def _remove_log_entry(folder: Path, batch_id: int) -> bool:
-    """Remove Spark's log entry ``batch_id`` and its Hadoop checksum file; whether it existed."""
-    entry = folder / str(batch_id)
-    with contextlib.suppress(FileNotFoundError):
-        (folder / f".{batch_id}.crc").unlink()
-    try:
-        entry.unlink()
-    except FileNotFoundError:
-        return False
-    return True
+def _remove_log_entry(folder: Path, batch_id: int) -> None:
+    """Remove Spark's log entry ``batch_id`` and its Hadoop checksum file, where they exist."""
+    for name in (f".{batch_id}.crc", str(batch_id)):
+        with contextlib.suppress(FileNotFoundError):
+            (folder / name).unlink()
 
 
 def rewind_unfinished(checkpoint: str) -> int | None:
