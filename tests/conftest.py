@@ -57,6 +57,8 @@ def topic_factory(admin_conf: dict[str, Any]) -> Callable[..., str]:
     (``bootstrap.servers`` plus any SASL/TLS settings)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from sinks.kafka.admin import await_topics
+
     admin = AdminClient(admin_conf)
 
     def make(
@@ -67,6 +69,7 @@ def topic_factory(admin_conf: dict[str, Any]) -> Callable[..., str]:
             [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
         )
         futures[name].result(30)
+        await_topics(admin, [name], timeout_s=30)
         return name
 
     return make

@@ -6,20 +6,24 @@ The job runs these before Spark starts (preflight): a missing input topic is a u
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, TopicMetadata
 
 from revise.errors import ConfigError
 from sinks.kafka.errors import ChangelogError, kafka_error
 from sinks.kafka.logs import client_conf
 
 __all__ = [
-    "create_topics", "end_offsets", "ensure_compacted_topic", "ensure_topics", "topic_exists",
+    "await_topics", "create_topics", "end_offsets", "ensure_compacted_topic", "ensure_topics",
+    "topic_exists",
 ]
+
+_READY_POLL_S: Final = 0.1
 
 
 def _missing_input(topic: str, bootstrap_servers: str) -> ConfigError:
@@ -69,7 +73,8 @@ def create_topics(bootstrap_servers: str, topics: Iterable[str], *, partitions: 
                   client_config: Mapping[str, Any] | None = None) -> None:
     """Create the ``topics`` that do not exist yet with ``partitions`` partitions each.
 
-    A topic created concurrently by someone else is fine.
+    A topic created concurrently by someone else is fine. Returns once every created topic is
+    ready (:func:`await_topics`).
     """
     admin = admin or AdminClient(client_conf(bootstrap_servers, client_config))
     existing = admin.list_topics(timeout=timeout_s).topics
@@ -84,6 +89,38 @@ def create_topics(bootstrap_servers: str, topics: Iterable[str], *, partitions: 
             err = kafka_error(exc)
             if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+    await_topics(admin, want, timeout_s=timeout_s)
+
+
+def _ready(meta: TopicMetadata | None) -> bool:
+    """Whether metadata lists the topic without error and every partition has a leader."""
+    if meta is None or meta.error is not None or not meta.partitions:
+        return False
+    return all(p.error is None and p.leader >= 0 for p in meta.partitions.values())
+
+
+def await_topics(admin: AdminClient, topics: Iterable[str], *, timeout_s: float) -> None:
+    """Wait until the broker's metadata shows each of ``topics`` ready to read and write.
+
+    ``CreateTopics`` returns once the controller has recorded a topic; the broker that answers
+    metadata requests can learn of it a moment later and meanwhile answers
+    ``UNKNOWN_TOPIC_OR_PART``. A reader opened in that moment (the progress topic's, at a
+    job's first start) would take a topic that was just created for one that does not exist.
+
+    Raises:
+        ChangelogError: A topic was still not ready after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    pending = set(topics)
+    while pending:
+        listed = admin.list_topics(timeout=max(0.1, deadline - time.monotonic())).topics
+        pending = {t for t in pending if not _ready(listed.get(t))}
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            msg = f"topic(s) {sorted(pending)} created but not ready after {timeout_s:g}s"
+            raise ChangelogError(msg)
+        time.sleep(_READY_POLL_S)
 
 
 def end_offsets(bootstrap_servers: str, topic: str, *, timeout_s: float = 30.0,
@@ -117,8 +154,10 @@ def ensure_compacted_topic(bootstrap_servers: str, topic: str, *, timeout_s: flo
                            client_config: Mapping[str, Any] | None = None) -> None:
     """Create ``topic`` (one partition, ``cleanup.policy=compact``) unless it exists.
 
+    Returns once the topic is ready (:func:`await_topics`).
+
     Raises:
-        ChangelogError: The topic could not be created.
+        ChangelogError: The topic could not be created, or was not ready in ``timeout_s``.
     """
     admin = AdminClient(client_conf(bootstrap_servers, client_config))
     md = admin.list_topics(timeout=timeout_s)
@@ -136,3 +175,4 @@ def ensure_compacted_topic(bootstrap_servers: str, topic: str, *, timeout_s: flo
         if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
             msg = f"cannot create progress topic {topic!r}: {err or e}"
             raise ChangelogError(msg) from e
+    await_topics(admin, [topic], timeout_s=timeout_s)

@@ -4,16 +4,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pyarrow as pa
 import pytest
-from conftest import revision
 from deltalake import DeltaTable
 
 from revise.aggspec import AggList
-from revise.records import AGG_FIELDS, PREV_FIELDS, REVISION_SCHEMA, revision_schema
+from revise.records import AGG_FIELDS, PREV_FIELDS, REVISION_SCHEMA, Revision, revision_schema
 from sinks.delta_tables import DeltaSchemaError, DeltaTables
 from sinks.kafka import decode_revision_row, encode_revisions
 
@@ -21,25 +21,29 @@ AGGS = AggList.parse("count,sum(amount),p99(http.latency_ms),distinct(user.id)")
 SCHEMA = revision_schema(AGGS)
 
 
-def row(key: str, rev: int, *, p99: float, users: int, batch_id: int = 0,
-        timing: str = "EARLY") -> dict[str, Any]:
-    base = revision(key, 0, 10_000, rev, timing=timing, batch_id=batch_id).to_row()
-    for name in (*AGG_FIELDS, *PREV_FIELDS):
-        del base[name]
-    first = rev == 0
-    base.update(count=3 + rev, sum_amount=10.0 + rev, p99_http_latency_ms=p99,
-                distinct_user_id=users, prev_count=None if first else 2 + rev,
-                prev_sum_amount=None if first else 9.0 + rev,
-                prev_p99_http_latency_ms=None if first else p99 - 1,
-                prev_distinct_user_id=None if first else users - 1)
-    return base
+@pytest.fixture()
+def row(make_revision: Callable[..., Revision]) -> Callable[..., dict[str, Any]]:
+    """``row(key, rev, p99=, users=)``: a revision row with the agg list's columns."""
+    def make(key: str, rev: int, *, p99: float, users: int, batch_id: int = 0,
+             timing: str = "EARLY") -> dict[str, Any]:
+        base = make_revision(key, 0, 10_000, rev, timing=timing, batch_id=batch_id).to_row()
+        for name in (*AGG_FIELDS, *PREV_FIELDS):
+            del base[name]
+        first = rev == 0
+        base.update(count=3 + rev, sum_amount=10.0 + rev, p99_http_latency_ms=p99,
+                    distinct_user_id=users, prev_count=None if first else 2 + rev,
+                    prev_sum_amount=None if first else 9.0 + rev,
+                    prev_p99_http_latency_ms=None if first else p99 - 1,
+                    prev_distinct_user_id=None if first else users - 1)
+        return base
+    return make
 
 
 def table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMA)
 
 
-def test_changelog_json_carries_the_agg_list_columns():
+def test_changelog_json_carries_the_agg_list_columns(row):
     rows = [row("a", 0, p99=12.5, users=2), row("a", 1, p99=13.0, users=3, timing="LATE")]
     keys, values = encode_revisions(table(rows), SCHEMA)
     assert [decode_revision_row(v, SCHEMA) for v in values] == rows
@@ -56,7 +60,7 @@ def test_changelog_json_carries_the_agg_list_columns():
         encode_revisions(table(rows))
 
 
-def test_delta_tables_and_latest_merge_use_the_agg_list_columns(tmp_path):
+def test_delta_tables_and_latest_merge_use_the_agg_list_columns(tmp_path, row):
     tables = DeltaTables(str(tmp_path), revision_schema=SCHEMA).ensure()
     empty_late = tables.schema("late").empty_table().drop_columns(["query_id"])
     empty_dead = tables.schema("dead_letter").empty_table().drop_columns(["query_id"])
