@@ -2,7 +2,7 @@
 
 The query (:mod:`revise.spark.stream`) runs the engine in Spark's stateful operator
 (:mod:`revise.spark.operator`); its sink is the :class:`~revise.spark.committer.BatchCommitter`.
-This module starts it and watches it (:class:`JobDriver`).
+This module starts it; :class:`revise.spark.watch.JobDriver` watches it.
 
 Why these choices (checked on Spark 4.2, pinned by tests/integration/test_spark_semantics.py):
 
@@ -30,27 +30,20 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from revise.errors import ConfigError
 from revise.jobconfig import CHECKPOINT_META, JobConfig, checkpoint_fingerprint, recorded_layout
 from revise.spark.advice import retention_note
 from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
-from revise.spark.failures import (
-    JobError,
-    checkpoint_taken_over,
-    commit_failure,
-    failure_message,
-    last_committed_batch,
-)
+from revise.spark.failures import JobError, commit_failure
 from revise.spark.rewind import rewind_unfinished
 from revise.spark.session import long_run_conf, spark_session, sql_setting
-from revise.spark.stream import build_stream, write_close_all
-from sinks.delta_tables import DeltaSchemaError, DeltaTables, DeltaWriteError
+from revise.spark.stream import build_stream
+from revise.spark.watch import JobDriver, ProgressCallback
+from sinks.delta_tables import DeltaSchemaError, DeltaTables
 from sinks.history_stage import HistoryStage
 from sinks.kafka import (
     ChangelogConfig,
@@ -62,13 +55,10 @@ from sinks.kafka import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["JobDriver", "JobError", "JobResult", "preflight", "run_job"]
+__all__ = ["JobError", "JobResult", "preflight", "run_job"]
 
 log = logging.getLogger("revise.job")
-
-ProgressCallback = Callable[[dict[str, Any]], None]
 
 
 def _check_checkpoint(cfg: JobConfig) -> None:
@@ -272,8 +262,6 @@ def _changelog(cfg: JobConfig) -> TransactionalChangelog:
     ))
 
 
-HISTORY_RETRY_S = 10.0
-"""Seconds before the watch loop retries a failed commit of staged Delta history batches."""
 STAGE_DIR = "delta-staged"
 """The checkpoint's sub-folder where micro-batches wait for their Delta history commit."""
 
@@ -304,205 +292,3 @@ def _close_once_open(opening: Future[TransactionalChangelog]) -> None:
         opening.result().close()
     except Exception:  # noqa: BLE001 - the start-up step's error is the one to raise
         return
-
-
-@dataclass(slots=True)
-class _BoundedRun:
-    """The progress of a bounded run's end: input read, close-all written, close-all read."""
-
-    ends: dict[int, int]
-    close_file: Path | None = None
-    control_before: int = -1
-
-
-class JobDriver:
-    """Watches a started query: reports progress, honours stop requests, ends a bounded run.
-
-    Args:
-        query: The started streaming query.
-        cfg: The job's configuration.
-        committer: The query's sink (its ``result`` is filled; its ``error`` tells why a
-            failed query failed).
-        ends: The input's end offsets at start (a bounded run), or None.
-        control_dir: The control source's directory (close-all commands).
-        stop_event: Set to stop between micro-batches.
-        on_progress: Called with each new Spark progress report.
-        timeout_s: Raise JobError after this long (s); None: no limit.
-        started: ``time.monotonic()`` when the run started.
-    """
-
-    def __init__(self, query: StreamingQuery, cfg: JobConfig, committer: BatchCommitter, *,
-                 ends: dict[int, int] | None, control_dir: str,
-                 stop_event: threading.Event | None, on_progress: ProgressCallback | None,
-                 timeout_s: float | None, started: float) -> None:
-        self.query = query
-        self.cfg = cfg
-        self.committer = committer
-        self.result = committer.result
-        self.bounded = _BoundedRun(ends) if ends is not None else None
-        self.control_dir = control_dir
-        self.stop_event = stop_event
-        self.on_progress = on_progress
-        self.timeout_s = timeout_s
-        self.started = started
-        self.last_batch_id = -1
-        self.committed_at_start = last_committed_batch(cfg.checkpoint)
-        self._history_retry_at = 0.0
-
-    def run(self) -> None:
-        """Poll the query every 0.2 s until it ends, fails, is stopped or times out.
-
-        Raises:
-            ProducerFencedError: Another instance with the same query id took over.
-            JobError: The query failed, or did not finish within ``timeout_s``.
-        """
-        query = self.query
-        while True:
-            self._raise_if_failed()
-            if not query.isActive:
-                self._absorb()
-                return
-            self._absorb()
-            if self.stop_event is not None and self.stop_event.is_set():
-                self.result.stopped_by_signal = True
-                _stop_between_batches(query)
-                self._absorb()
-                return
-            if self.timeout_s is not None and time.monotonic() - self.started > self.timeout_s:
-                query.stop()
-                msg = f"the job did not finish within {self.timeout_s:.0f}s"
-                raise JobError(msg)
-            if self.bounded is not None and self._bounded_done(query.lastProgress):
-                _stop_between_batches(query)
-                self._absorb()
-                return
-            self._commit_due_history()
-            time.sleep(0.2)
-
-    def _commit_due_history(self) -> None:
-        """Commit the Delta history batches whose interval has passed with no batch after them.
-
-        A failure is logged and retried after :data:`HISTORY_RETRY_S`: the batches stay staged,
-        and the next micro-batch's own commit of them fails the job if Delta stays broken.
-        """
-        now = time.monotonic()
-        if now < self._history_retry_at:
-            return
-        lock = self.committer.sinks_lock
-        if not lock.acquire(blocking=False):  # a batch's writes (--overlap-commit) hold it
-            return
-        try:
-            self.committer.tables.commit_due_history()
-        except DeltaWriteError as exc:
-            self._history_retry_at = now + HISTORY_RETRY_S
-            log.warning("%s (retried in %.0f s)", exc, HISTORY_RETRY_S)
-        finally:
-            lock.release()
-
-    def _absorb(self) -> None:
-        """Account the progress reports of batches not seen yet.
-
-        Polled every 200 ms: ``lastProgress`` is one report over py4j; ``recentProgress`` (up to
-        100, each re-parsed from JSON) is read only when more than one batch finished since the
-        last poll, so an idle or steady driver does not parse 500 reports a second.
-        """
-        last = self.query.lastProgress
-        if last is None or last.get("batchId") is None or last["batchId"] <= self.last_batch_id:
-            return
-        news = [last] if last["batchId"] == self.last_batch_id + 1 else self.query.recentProgress
-        for progress in news:
-            bid = progress.get("batchId")
-            if bid is None or bid <= self.last_batch_id:
-                continue
-            self.last_batch_id = bid
-            steps = self.committer.take_steps(bid)
-            # the commit's own steps, beside Spark's durationMs
-            report = progress if steps is None else {**progress, "revise": steps}
-            self.result.add_progress(report)
-            if self.on_progress is not None:
-                self.on_progress(report)
-
-    def _raise_if_failed(self) -> None:
-        """Turn a failed query into the error the caller can act on (decided by its type)."""
-        exc = self.query.exception()
-        if exc is None:
-            return
-        text = str(exc).strip()
-        if isinstance(self.committer.error, ProducerFencedError):
-            msg = (
-                f"this instance of query {self.cfg.query_id!r} was fenced: another instance "
-                "with the same --query-id took over; this one stops"
-            )
-            raise ProducerFencedError(msg) from None
-        if checkpoint_taken_over(text) or self._overtaken():
-            msg = (
-                f"this instance of query {self.cfg.query_id!r} was fenced: another instance "
-                f"wrote the next micro-batch to --checkpoint {self.cfg.checkpoint} first "
-                "(Spark refused this one's write); this one stops, nothing it did is committed"
-            )
-            raise ProducerFencedError(msg) from None
-        raise JobError(failure_message(self.cfg, text or repr(exc)))
-
-    def _overtaken(self) -> bool:
-        """Whether Spark's commit log holds batches this instance never ran.
-
-        Another instance on this checkpoint ran them while this one was stalled (a woken
-        zombie), whichever error Spark gave this one. This instance commits at most one batch
-        past the last it saw reported, so more than that is somebody else's.
-        """
-        mine = max(self.last_batch_id, self.committed_at_start)
-        return last_committed_batch(self.cfg.checkpoint) > mine + 1
-
-    def _bounded_done(self, progress: dict[str, Any] | None) -> bool:
-        """A bounded run: write the close-all once the input is read; True once it was read."""
-        b = self.bounded
-        assert b is not None
-        if not progress and any(b.ends.values()):
-            return False
-        if b.close_file is None:
-            read = (_source_offsets(progress or {}, 0) or {}).get(self.cfg.input_topic, {})
-            if all(int(read.get(str(p), 0)) >= hi for p, hi in b.ends.items() if hi > 0):
-                ctl = _source_offsets(progress or {}, 1)
-                b.control_before = int(ctl["logOffset"]) if ctl else -1
-                b.close_file = write_close_all(self.control_dir, self.cfg.shards)
-            return False
-        if progress:
-            ctl = _source_offsets(progress, 1)
-            # The micro-batch that read the close-all command has committed.
-            return ctl is not None and int(ctl["logOffset"]) > b.control_before
-        return False
-
-
-def _source_offsets(progress: dict[str, Any], index: int) -> Any:
-    sources = progress.get("sources") or []
-    if len(sources) <= index:
-        return None
-    raw = sources[index].get("endOffset")
-    if raw is None:
-        return None
-    return json.loads(raw) if isinstance(raw, str) else raw
-
-
-def _stop_between_batches(query: StreamingQuery, wait_s: float = 30.0) -> None:
-    """Stop the query right after a micro-batch has committed (or after ``wait_s``).
-
-    Stopping in the middle of a batch is safe (the batch is replayed on restart) but makes
-    Spark log an interrupted batch; between batches it is silent. Under steady input (or
-    trigger 0 under ``--once``) batches run back to back, so the trigger is rarely seen
-    inactive: the moment just after a batch reports its progress (its commit log is written
-    then) is the gap to aim for.
-    """
-    deadline = time.monotonic() + wait_s
-
-    def last_batch() -> Any:
-        progress = query.lastProgress
-        return progress.get("batchId") if progress else None
-
-    last = last_batch()
-    while time.monotonic() < deadline and query.isActive:
-        if not query.status.get("isTriggerActive", False):
-            break
-        if last_batch() != last:
-            break
-        time.sleep(0.02)
-    query.stop()
