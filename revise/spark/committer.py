@@ -107,18 +107,28 @@ def crash_hook_from_env() -> CrashHook | None:
     """``REVISE_CRASH_AT=<point>:<batch_id>`` SIGKILLs this process at that point (tests only).
 
     Points are :data:`CRASH_POINTS`; :meth:`BatchCommitter.__call__` says where each one is.
-    The hook fires at the first batch ``>= batch_id``.
+    The hook fires at the first batch ``>= batch_id``, once. ``<point>:<batch_id>:stop``
+    freezes the process group instead (SIGSTOP: the driver, its JVM and Python workers, as in
+    a long pause) until someone sends it SIGCONT; the job then goes on from that point.
     """
     spec = os.environ.get("REVISE_CRASH_AT")
     if not spec:
         return None
-    point, _, batch = spec.partition(":")
+    point, _, rest = spec.partition(":")
+    batch, _, how = rest.partition(":")
     target = int(batch or 0)
+    fired = threading.Event()
 
     def hook(at: str, batch_id: int) -> None:
-        if at == point and batch_id >= target:
-            log.warning("REVISE_CRASH_AT: killing the job at %s of batch %d", at, batch_id)
-            os.kill(os.getpid(), signal.SIGKILL)
+        if at != point or batch_id < target or fired.is_set():
+            return
+        fired.set()
+        if how == "stop":
+            log.warning("REVISE_CRASH_AT: freezing the job at %s of batch %d", at, batch_id)
+            os.killpg(os.getpgrp(), signal.SIGSTOP)
+            return
+        log.warning("REVISE_CRASH_AT: killing the job at %s of batch %d", at, batch_id)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     return hook
 
