@@ -93,10 +93,16 @@ def create_topics(bootstrap_servers: str, topics: Iterable[str], *, partitions: 
 
 
 def _ready(meta: TopicMetadata | None) -> bool:
-    """Whether metadata lists the topic without error and every partition has a leader."""
+    """Whether metadata lists the topic without error and every partition has a leader.
+
+    A partition with a follower on a broker that is down (``REPLICA_NOT_AVAILABLE``) has a
+    leader and serves clients: ready.
+    """
     if meta is None or meta.error is not None or not meta.partitions:
         return False
-    return all(p.error is None and p.leader >= 0 for p in meta.partitions.values())
+    return all(p.leader >= 0 and (p.error is None
+                                  or p.error.code() == KafkaError.REPLICA_NOT_AVAILABLE)
+               for p in meta.partitions.values())
 
 
 def await_topics(admin: AdminClient, topics: Iterable[str], *, timeout_s: float) -> None:

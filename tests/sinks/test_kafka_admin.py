@@ -17,8 +17,9 @@ from sinks.kafka import admin as admin_module
 from sinks.kafka.errors import ChangelogError
 
 
-def _topic(*, leaders: tuple[int, ...] = (1,), error: KafkaError | None = None):
-    parts = {i: SimpleNamespace(id=i, leader=leader, error=None)
+def _topic(*, leaders: tuple[int, ...] = (1,), error: KafkaError | None = None,
+           partition_error: KafkaError | None = None):
+    parts = {i: SimpleNamespace(id=i, leader=leader, error=partition_error)
              for i, leader in enumerate(leaders)}
     return SimpleNamespace(partitions=parts, error=error)
 
@@ -93,3 +94,13 @@ def test_an_existing_topic_is_neither_created_nor_waited_for(scripted):
     admin_module.ensure_compacted_topic("b:9092", "p", timeout_s=5)
     assert fake.created == []
     assert fake.listed == 1
+
+
+def test_a_partition_with_a_follower_down_counts_as_ready(scripted):
+    fake = scripted([
+        {},
+        {"p": _topic(partition_error=KafkaError(KafkaError.LEADER_NOT_AVAILABLE))},
+        {"p": _topic(partition_error=KafkaError(KafkaError.REPLICA_NOT_AVAILABLE))},
+    ])
+    admin_module.ensure_compacted_topic("b:9092", "p", timeout_s=5)
+    assert fake.listed == 3
