@@ -135,15 +135,9 @@ def _close_files(checkpoint: str) -> int:
 
 def create_topics(bootstrap: str, names: Sequence[str], partitions: int) -> None:
     """Create topics with the broker's default replication (3 on a 3-node embedded cluster)."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from sinks.kafka.admin import create_topics as create
 
-    from sinks.kafka.admin import await_topics
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(n, num_partitions=partitions) for n in names])
-    for f in futures.values():
-        f.result(60)
-    await_topics(admin, names, timeout_s=60)
+    create(bootstrap, names, partitions=partitions, timeout_s=60)
 
 
 def _plan(rng: random.Random, i: int, kills: int, nb: int, data_batches: int) -> str:

@@ -79,9 +79,19 @@ def create_topics(bootstrap_servers: str, topics: Iterable[str], *, partitions: 
     admin = admin or AdminClient(client_conf(bootstrap_servers, client_config))
     existing = admin.list_topics(timeout=timeout_s).topics
     want = [t for t in topics if t not in existing]
-    if not want:
-        return
-    futures = admin.create_topics([NewTopic(t, num_partitions=partitions) for t in want])
+    if want:
+        _create(admin, [NewTopic(t, num_partitions=partitions) for t in want],
+                timeout_s=timeout_s)
+
+
+def _create(admin: AdminClient, topics: list[NewTopic], *, timeout_s: float) -> None:
+    """Create ``topics`` (one already there is fine); return once they are ready.
+
+    Raises:
+        KafkaException: A topic could not be created.
+        ChangelogError: A topic was not ready in ``timeout_s`` (:func:`await_topics`).
+    """
+    futures = admin.create_topics(topics, operation_timeout=timeout_s)
     for f in futures.values():
         try:
             f.result(timeout_s)
@@ -89,7 +99,7 @@ def create_topics(bootstrap_servers: str, topics: Iterable[str], *, partitions: 
             err = kafka_error(exc)
             if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-    await_topics(admin, want, timeout_s=timeout_s)
+    await_topics(admin, [t.topic for t in topics], timeout_s=timeout_s)
 
 
 def _ready(meta: TopicMetadata | None) -> bool:
@@ -169,16 +179,10 @@ def ensure_compacted_topic(bootstrap_servers: str, topic: str, *, timeout_s: flo
     md = admin.list_topics(timeout=timeout_s)
     if topic in md.topics and md.topics[topic].error is None:
         return
-    fut = admin.create_topics(
-        [NewTopic(topic, num_partitions=1, replication_factor=-1,
-                  config={"cleanup.policy": "compact"})],
-        operation_timeout=timeout_s,
-    )[topic]
+    compacted = NewTopic(topic, num_partitions=1, replication_factor=-1,
+                         config={"cleanup.policy": "compact"})
     try:
-        fut.result(timeout_s)
+        _create(admin, [compacted], timeout_s=timeout_s)
     except KafkaException as e:
-        err = kafka_error(e)
-        if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            msg = f"cannot create progress topic {topic!r}: {err or e}"
-            raise ChangelogError(msg) from e
-    await_topics(admin, [topic], timeout_s=timeout_s)
+        msg = f"cannot create progress topic {topic!r}: {kafka_error(e) or e}"
+        raise ChangelogError(msg) from e
