@@ -10,11 +10,13 @@ Both are written by the job's driver from one micro-batch held as Arrow tables, 
 - :mod:`sinks.delta_tables` — the tables ``revisions``, ``latest``, ``late``, ``dead_letter``
   written by delta-rs, each write tagged with the app transaction (query, batch) so a replay
   changes nothing. (Reading them with Spark is the query side's: :mod:`revise.query.views`.)
+- :mod:`sinks.delta_schema` — what each table is: its Arrow schema and its Delta properties.
 - :mod:`sinks.delta_layout` — what keeps those tables' files from growing with an unbounded
   run: ``latest``'s bounded files and the history tables' background compaction.
 - :mod:`sinks.latest_merge` — the background MERGE into ``latest``: one MERGE for the
-  micro-batches that arrived while the last one ran, a bounded backlog, and a failed MERGE
-  stopping every later one (the job's next start redoes them from ``revisions``).
+  micro-batches that arrived while the last one ran (their highest revision per window), a
+  bounded backlog, and a failed MERGE stopping every later one (the job's next start redoes
+  them from ``revisions``).
 - :mod:`sinks.history_stage` — the history tables' commits decoupled from the micro-batch:
   the batches of the last few seconds wait durably in the checkpoint folder and go in one
   append per table (the job's next start writes what a crash left there).

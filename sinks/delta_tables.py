@@ -56,17 +56,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
-import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from revise.errors import ReviseError
-from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from revise.records import REVISION_SCHEMA
 from revise.vocab import LATEST_KEY, TABLE_NAMES
 from sinks.delta_layout import (
-    LATEST_FILE_BYTES,
-    LATEST_FILE_SIZE_KEY,
     LOG_RETENTION_KEY,
     HistoryCompactor,
     bound_latest_files,
@@ -74,8 +70,9 @@ from sinks.delta_layout import (
     longest_log_retention_ms,
     retain_logs,
 )
+from sinks.delta_schema import TABLE_PROPERTIES, DeltaSchemaError, arrow_schema
 from sinks.history_stage import HISTORY_TABLES, HistoryStage
-from sinks.latest_merge import REST_RATIO, LatestMerger, MergeFailed
+from sinks.latest_merge import REST_RATIO, LatestMerger, MergeFailed, highest_per_window
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable as RustDeltaTable
@@ -87,22 +84,11 @@ __all__ = [
     "DeltaTables",
     "DeltaWriteError",
     "WriteTimings",
-    "arrow_schema",
-    "highest_per_window",
 ]
 
 
 log = logging.getLogger("revise.delta")
 
-_APPEND_ONLY: Final = {"delta.appendOnly": "true", "delta.checkpointInterval": "20"}
-_PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
-    # History tables only ever grow: Delta rejects UPDATE/DELETE/MERGE on them.
-    "revisions": _APPEND_ONLY,
-    "late": _APPEND_ONLY,
-    "dead_letter": _APPEND_ONLY,
-    # Many small MERGE commits: checkpoint the log often so snapshots stay cheap to load.
-    "latest": {"delta.checkpointInterval": "10", LATEST_FILE_SIZE_KEY: str(LATEST_FILE_BYTES)},
-}
 COMPACT_LATEST_EVERY: Final = 50
 """Compact ``latest``'s small files after this many MERGEs (each MERGE adds a few files)."""
 RELOAD_EVERY: Final = 50
@@ -118,30 +104,6 @@ grew ~300 KiB per micro-batch and each write got slower (700 batches through the
 
 class DeltaWriteError(ReviseError, RuntimeError):
     """A Delta write of a micro-batch failed (the batch is safe to replay)."""
-
-
-class DeltaSchemaError(ReviseError, ValueError):
-    """A table name that is not one of revise's Delta tables."""
-
-
-def _with_query_id(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([pa.field("query_id", pa.string(), nullable=False), *schema])
-
-
-def arrow_schema(table: str, revision_schema: pa.Schema = REVISION_SCHEMA) -> pa.Schema:
-    """The Arrow schema of one of :data:`TABLE_NAMES` (the SPEC fields, + ``query_id``).
-
-    ``revisions`` and ``latest`` have ``revision_schema``: today's SPEC §4 fields, or
-    ``revise.records.revision_schema`` of ``FN(FIELD)`` aggregates (SPEC §7).
-    """
-    if table in ("revisions", "latest"):
-        return revision_schema
-    if table == "late":
-        return _with_query_id(LATE_SCHEMA)
-    if table == "dead_letter":
-        return _with_query_id(DEAD_LETTER_SCHEMA)
-    msg = f"unknown Delta table {table!r}; expected one of {TABLE_NAMES}"
-    raise DeltaSchemaError(msg)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +201,7 @@ class DeltaTables:
                 schema=self.schema(table),
                 mode="ignore",  # an existing table is left as it is
                 name=table,
-                configuration={**_PROPERTIES[table], **retention},
+                configuration={**TABLE_PROPERTIES[table], **retention},
                 storage_options=self.storage_options,
             )
         bound_latest_files(self.table_path("latest"), self.storage_options)
@@ -678,36 +640,6 @@ class DeltaTables:
     def version(self, table: str) -> int:
         """The current Delta version of one table."""
         return int(self._table(table).version())
-
-
-def highest_per_window(revisions: pa.Table) -> pa.Table:
-    """One row per :data:`LATEST_KEY`: the one with the highest ``revision`` (first on ties).
-
-    Rows come out in :data:`LATEST_KEY` order. The windows are sorted as integers (a string
-    column by the rank of its distinct values, compared as whole strings), and only the
-    winning rows are gathered.
-    """
-    if revisions.num_rows <= 1:
-        return revisions
-    keys = [_sort_codes(revisions.column(c).combine_chunks()) for c in LATEST_KEY]
-    revision = revisions.column("revision").combine_chunks().to_numpy(zero_copy_only=False)
-    # lexsort: last key first; stable, so equal revisions keep their arrival order
-    order = np.lexsort([-revision.astype(np.int64), *reversed(keys)])
-    first = np.zeros(len(order), dtype=bool)
-    first[0] = True
-    for k in keys:
-        ordered = k[order]
-        first[1:] |= ordered[1:] != ordered[:-1]
-    return revisions.take(pa.array(order[first]))
-
-
-def _sort_codes(col: pa.Array) -> npt.NDArray[np.int64]:
-    """Integers that sort like ``col``: a string's rank among the distinct strings."""
-    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-        enc = pc.dictionary_encode(col)
-        rank = pc.rank(enc.dictionary, sort_keys="ascending", tiebreaker="first").to_numpy()
-        return rank.astype(np.int64)[enc.indices.to_numpy()]  # type: ignore[no-any-return]
-    return col.to_numpy(zero_copy_only=False).astype(np.int64)  # type: ignore[no-any-return]
 
 
 def _nothing() -> float:

@@ -39,12 +39,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from revise.errors import ReviseError
+from revise.vocab import LATEST_KEY
 
 __all__ = ["MAX_PENDING_BATCHES", "MAX_PENDING_ROWS", "REST_RATIO", "LatestMerger",
-           "MergeFailed"]
+           "MergeFailed", "highest_per_window"]
 
 REST_RATIO: Final = 3.0
 """Rest this many times the last MERGE's duration before the next one."""
@@ -229,3 +233,33 @@ class LatestMerger:
         except BaseException as e:  # noqa: BLE001 - handed to the job's thread
             return took, MergeFailed(tuple(p.batch_id for p in group[done:]), e)
         return took, None
+
+
+def highest_per_window(revisions: pa.Table) -> pa.Table:
+    """One row per :data:`LATEST_KEY`: the one with the highest ``revision`` (first on ties).
+
+    Rows come out in :data:`LATEST_KEY` order. The windows are sorted as integers (a string
+    column by the rank of its distinct values, compared as whole strings), and only the
+    winning rows are gathered.
+    """
+    if revisions.num_rows <= 1:
+        return revisions
+    keys = [_sort_codes(revisions.column(c).combine_chunks()) for c in LATEST_KEY]
+    revision = revisions.column("revision").combine_chunks().to_numpy(zero_copy_only=False)
+    # lexsort: last key first; stable, so equal revisions keep their arrival order
+    order = np.lexsort([-revision.astype(np.int64), *reversed(keys)])
+    first = np.zeros(len(order), dtype=bool)
+    first[0] = True
+    for k in keys:
+        ordered = k[order]
+        first[1:] |= ordered[1:] != ordered[:-1]
+    return revisions.take(pa.array(order[first]))
+
+
+def _sort_codes(col: pa.Array) -> npt.NDArray[np.int64]:
+    """Integers that sort like ``col``: a string's rank among the distinct strings."""
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        enc = pc.dictionary_encode(col)
+        rank = pc.rank(enc.dictionary, sort_keys="ascending", tiebreaker="first").to_numpy()
+        return rank.astype(np.int64)[enc.indices.to_numpy()]  # type: ignore[no-any-return]
+    return col.to_numpy(zero_copy_only=False).astype(np.int64)  # type: ignore[no-any-return]

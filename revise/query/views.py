@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 from revise.errors import ConfigError
 from revise.vocab import TABLE_NAMES, VIEW_NAMES
-from sinks.delta_tables import arrow_schema
+from sinks.delta_schema import arrow_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

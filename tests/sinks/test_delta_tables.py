@@ -272,7 +272,7 @@ def test_tables_reopened_from_the_log_keep_replays_skipped_and_rows_whole(
 
 
 def test_highest_per_window_keeps_one_row_per_window(make_revision):
-    from sinks.delta_tables import highest_per_window
+    from sinks.latest_merge import highest_per_window
 
     revision = make_revision
     rows = [revision("a", 0, 10, 1), revision("b", 0, 10, 0), revision("a", 0, 10, 3),
@@ -295,7 +295,7 @@ _WINDOW_ROWS = st.lists(
 @given(_WINDOW_ROWS)
 def test_highest_per_window_matches_a_plain_reference(rows):
     """(query_id, key, window start, revision) rows; the window ends 10 after it starts."""
-    from sinks.delta_tables import highest_per_window
+    from sinks.latest_merge import highest_per_window
 
     n = len(rows)
     table = pa.table({
