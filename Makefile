@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml revise/infra/poms/kafka.xml revise/infra/poms/spark.xml
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	$(PY) -m revise.infra.jars
 	$(PY) -m revise.infra.pyspark_bytecode
+	$(PY) -m revise.infra.cds
 	@touch $(STAMP)
 
 install: $(STAMP)

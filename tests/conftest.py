@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+"""Every JVM the tests start (brokers, Spark sessions, the CLI's jobs, the Spark cluster) runs
+on the JVM's quick C1 compiler only ($REVISE_JVM_OPTIONS): the suite's runs last seconds, and a
+bounded job's start-up took ~25 % less wall time so (docs/BENCHMARKS.md, *The test suite's
+JVMs*). A value set outside wins."""
+os.environ.setdefault("REVISE_JVM_OPTIONS", TEST_JVM_OPTIONS)
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ from typing import Any
 from revise.errors import InfraError, SetupError
 from revise.infra import secure as _secure_mod
 from revise.infra.jars import classpath
-from revise.infra.procs import free_port, java, pid_alive, port_free, terminate
+from revise.infra.procs import free_port, java, jvm_options, pid_alive, port_free, terminate
 
 __all__ = [
     "BrokerCluster", "BrokerError", "default_home", "given_or_embedded", "restart_node", "start",
@@ -217,7 +217,7 @@ def _run_java(
     cp = os.pathsep.join(str(p) for p in classpath("kafka"))
     cmd = [
         java(), f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-        "-cp", cp, *args,
+        *jvm_options(), "-cp", cp, *args,
     ]
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
     try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from revise.errors import ConfigError, InfraError
-from revise.infra.procs import free_port, pid_alive
+from revise.infra.procs import free_port, jvm_options, pid_alive
 
 __all__ = [
     "SparkCluster",
@@ -186,6 +187,10 @@ def _child_env(home: Path, python: str) -> dict[str, str]:
         "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=true "
                              "-Dspark.worker.cleanup.appDataTtl=86400",
     })
+    extra = jvm_options()  # $REVISE_JVM_OPTIONS: the Master's and Workers' JVMs too, last
+    if extra:
+        env["SPARK_DAEMON_JAVA_OPTS"] = " ".join(
+            filter(None, [env.get("SPARK_DAEMON_JAVA_OPTS", ""), shlex.join(extra)]))
     return env
 
 

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from revise.errors import ConfigError
+from revise.infra import cds
 from revise.infra.jars import classpath
+from revise.infra.procs import jvm_options
 from revise.infra.pyfiles import ship_to_executors
 from revise.redact import spark_redaction_conf
 
@@ -119,7 +122,11 @@ def spark_session(
         shuffle_partitions: ``spark.sql.shuffle.partitions``; 2 × cores on local masters, 64
             elsewhere. The job itself uses at most its shard count (``revise run
             --shuffle-partitions``), and a checkpoint keeps the value it was created with.
-        extra_conf: any further Spark settings, applied last.
+        extra_conf: any further Spark settings, applied before ``$REVISE_JVM_OPTIONS``,
+            which are appended to the driver's and executors' Java options.
+
+    Raises:
+        ConfigError: ``$REVISE_JVM_OPTIONS`` is not a list of options.
     """
     # Python workers must run this interpreter (with pyarrow, numpy and revise), not whatever
     # python3 is first on PATH.
@@ -180,6 +187,7 @@ def spark_session(
         **spark_redaction_conf(),
     }
     conf.update(extra_conf or {})
+    _add_jvm_options(conf)
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
@@ -193,6 +201,25 @@ def spark_session(
     # Executors of a real cluster may lack revise: ship this driver's copy (no-op on local[*]).
     ship_to_executors(spark)
     return spark
+
+
+JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+
+
+def _add_jvm_options(conf: dict[str, str]) -> None:
+    """Append revise's JVM options to the driver's and the executors' Java options in ``conf``.
+
+    They go after those already there: the driver's class archive
+    (:func:`revise.infra.cds.driver_options`, when trained), then ``$REVISE_JVM_OPTIONS``
+    (:func:`revise.infra.procs.jvm_options`; the last wins). The driver's only take effect
+    when this process starts the JVM (not under ``spark-submit``, whose
+    ``--driver-java-options`` do the same).
+    """
+    extra = jvm_options()
+    added = {JAVA_OPTIONS[0]: [*cds.driver_options(), *extra], JAVA_OPTIONS[1]: extra}
+    for key, options in added.items():
+        if options:
+            conf[key] = " ".join(filter(None, [conf.get(key, ""), shlex.join(options)]))
 
 
 QUIET_LOGGERS = {

@@ -74,6 +74,9 @@ def test_broker_lifecycle_keeps_data(tmp_path: Path) -> None:
             f"v{i}".encode() for i in range(5)
         ]
         assert (home / "node-1" / "broker.log").stat().st_size > 0
+        # $REVISE_JVM_OPTIONS (the suite sets it, tests/conftest.py) reach the broker's JVM
+        args = Path(f"/proc/{restarted.pids[0]}/cmdline").read_bytes().split(b"\0")
+        assert os.environ["REVISE_JVM_OPTIONS"].encode() in args, args
     finally:
         broker.stop(home)
 
@@ -198,3 +201,21 @@ def test_spark_streams_kafka_read_committed(spark, kafka_bootstrap, new_topic, t
     q.awaitTermination(120)
     rows = sorted(r.v for r in spark.sql(f"SELECT v FROM {q.name}").collect())
     assert rows == ["ok0", "ok1", "ok2"]
+
+
+def test_the_spark_jvm_runs_with_revise_jvm_options(spark) -> None:  # type: ignore[no-untyped-def]
+    """$REVISE_JVM_OPTIONS (set for the suite by tests/conftest.py) reach the driver JVM."""
+    bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    args = list(bean.getInputArguments())
+    assert os.environ["REVISE_JVM_OPTIONS"] in args, args
+
+
+def test_the_spark_driver_jvm_maps_the_class_archive(spark) -> None:  # type: ignore[no-untyped-def]
+    """``make install`` trains the driver's class archive (revise.infra.cds) and every session
+    revise starts maps it: the JVM accepted it (one it rejects is unmapped)."""
+    from revise.infra import cds
+
+    archive = cds.archive_path()
+    assert archive.is_file(), "no class archive: run python -m revise.infra.cds (make install)"
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    assert str(archive) in Path(f"/proc/{pid}/maps").read_text()

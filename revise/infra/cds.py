@@ -1,0 +1,184 @@
+"""A class-data-sharing archive of the Spark driver JVM's classes: a job starts ~10 s sooner.
+
+A revise job's driver JVM loads and verifies some 20,000 classes (Spark, its SQL engine, the
+Kafka connector, the state store) before its first micro-batch. Java 17 can write the classes a
+run loaded into an archive when the JVM exits (``-XX:ArchiveClassesAtExit``, a dynamic CDS
+archive) and map them from it in the next JVM (``-XX:SharedArchiveFile``). On this project's
+2-core machine that took a small bounded job from ~33 s to ~22 s, and its first result from
+~25 s to ~15 s after start (docs/BENCHMARKS.md, *Start-up: the JVM's classes from an archive*).
+
+- ``python -m revise.infra.cds`` (the Makefile's ``install`` runs it) trains the archive: an
+  embedded broker under a temporary folder, 1,000 generated records, one ``revise run --once``
+  whose JVM writes the archive at exit (~200 MB, under :func:`revise.infra.jars.jvm_dir`).
+- :func:`driver_options` gives the driver's options when an archive exists for this Java,
+  this pyspark and these jars (the file name holds a hash of them, so an upgrade makes the
+  old archive unused instead of wrong; the JVM checks the classpath itself too and ignores an
+  archive that does not match). ``REVISE_CDS=0`` turns it off.
+- Only the driver JVM that revise starts uses it (:func:`revise.spark.session.spark_session`).
+  Under ``spark-submit`` the JVM is already running; executors of a cluster start their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from revise.errors import ReviseError
+from revise.infra.jars import jvm_dir
+from revise.infra.procs import JVM_OPTIONS_ENV, java, jvm_options
+
+__all__ = ["CDS_ENV", "archive_path", "driver_options", "dump_options", "train"]
+
+CDS_ENV = "REVISE_CDS"
+"""``0`` turns the archive off (the driver JVM starts without it)."""
+QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+"""The JVM's own notes about the archive (classes it skipped while writing it; an archive that
+does not match this classpath, which it then ignores) stay out of the job's output."""
+TRAIN_TIMEOUT_S = 300.0
+
+
+def _fingerprint(paths: list[Path]) -> list[str]:
+    out = []
+    for path in paths:
+        st = path.stat()
+        out.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
+    return out
+
+
+def _key() -> str:
+    """A hash of what the archive depends on: the Java binary, pyspark's and revise's jars."""
+    from revise.infra.spark_cluster import spark_home
+
+    java_bin = Path(java()).resolve()
+    parts = [*_fingerprint([java_bin]),
+             *_fingerprint(sorted((spark_home() / "jars").glob("*.jar"))),
+             *_fingerprint(sorted((jvm_dir() / "spark").glob("*.jar")))]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def archive_path() -> Path:
+    """Where the archive for this Java, pyspark and these jars is (or would be)."""
+    return jvm_dir() / "cds" / f"driver-{_key()}.jsa"
+
+
+def driver_options() -> list[str]:
+    """The driver JVM's options to start from the archive; none when off or not trained."""
+    if os.environ.get(CDS_ENV, "1") == "0":
+        return []
+    try:
+        path = archive_path()
+    except (OSError, ReviseError):  # no java or pyspark: the session's start says so itself
+        return []
+    return [f"-XX:SharedArchiveFile={path}", *QUIET] if path.is_file() else []
+
+
+def dump_options(path: Path) -> list[str]:
+    """Options that make a JVM write the classes it loaded to ``path`` when it exits."""
+    return [f"-XX:ArchiveClassesAtExit={path}", *QUIET]
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def train(*, quiet: bool = True) -> Path:
+    """Write the archive: a small bounded job on an embedded broker, its JVM dumping at exit.
+
+    Returns the archive's path. Older archives (other Java, pyspark or jars) are removed.
+
+    Raises:
+        ReviseError: The training job failed or its JVM wrote no archive.
+    """
+    import shlex
+
+    from revise.generate import GeneratorConfig, generate, produce
+    from revise.infra import broker
+
+    target = archive_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="revise-cds-") as tmp:
+        root = Path(tmp)
+        partial = target.with_suffix(".jsa.partial")
+        partial.unlink(missing_ok=True)
+        cluster = broker.start(root / "broker")
+        try:
+            stream = generate(GeneratorConfig(events=1_000, keys=10, seed=1, late_fraction=0.05,
+                                              bad_fraction=0.02))
+            produce(stream, bootstrap_servers=cluster.bootstrap_servers, topic="cds-in",
+                    partitions=2)
+            env = {**os.environ, CDS_ENV: "0",  # the user's JVM options, then the dump's
+                   JVM_OPTIONS_ENV: shlex.join([*jvm_options(), *dump_options(partial)])}
+            cmd = [sys.executable, "-m", "revise", "run", "--once",
+                   "--bootstrap-servers", cluster.bootstrap_servers, "--input-topic", "cds-in",
+                   "--changelog-topic", "cds-changelog", "--query-id", "cds",
+                   "--delta-path", str(root / "delta"), "--checkpoint", str(root / "ckpt"),
+                   "--window", "tumbling:2s", "--grace", "3s",
+                   "--max-records-per-batch", "300"]
+            log = root / "train.log"
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                rc = proc.wait(TRAIN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+                msg = f"the CDS training job did not end within {TRAIN_TIMEOUT_S:.0f}s"
+                raise ReviseError(msg) from None
+            # the JVM outlives the CLI by the time it takes to write the archive
+            gone = _wait_group_gone(proc.pid, TRAIN_TIMEOUT_S)
+            if rc != 0 or not gone or not partial.is_file():
+                tail = log.read_text(errors="replace")[-2000:]
+                msg = (f"training the CDS archive failed (exit {rc}, JVM gone: {gone}, "
+                       f"archive written: {partial.is_file()}):\n{tail}")
+                raise ReviseError(msg)
+        finally:
+            broker.stop(root / "broker")
+    partial.replace(target)
+    for old in target.parent.glob("driver-*.jsa"):
+        if old != target:
+            old.unlink(missing_ok=True)
+    if not quiet:
+        print(f"CDS archive: {target} ({target.stat().st_size >> 20} MiB)")
+    return target
+
+
+def main() -> int:
+    """Entry point of ``python -m revise.infra.cds``: train unless the archive exists.
+
+    A failure is reported and leaves no archive; it does not fail the install, since the
+    driver then starts as it would without one.
+    """
+    if os.environ.get(CDS_ENV, "1") == "0":
+        print(f"CDS archive: off (${CDS_ENV}=0)")
+        return 0
+    path = archive_path()
+    if path.is_file():
+        print(f"CDS archive: {path} (up to date)")
+        return 0
+    t0 = time.monotonic()
+    try:
+        train(quiet=False)
+    except (OSError, ReviseError) as exc:
+        print(f"warning: no CDS archive, the driver JVM starts without one: {exc}",
+              file=sys.stderr)
+        return 0
+    print(f"CDS archive trained in {time.monotonic() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

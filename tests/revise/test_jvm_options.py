@@ -1,0 +1,90 @@
+"""``$REVISE_JVM_OPTIONS``: extra options for every JVM revise starts, after revise's own; and
+the driver's class archive (:mod:`revise.infra.cds`).
+
+That they reach the real JVMs (the broker's command line, the Spark driver's input arguments,
+the archive mapped into the driver) is checked in tests/integration/test_infra.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from revise.errors import ConfigError
+from revise.infra import cds, spark_cluster
+from revise.infra.procs import JVM_OPTIONS_ENV, jvm_options
+from revise.spark.session import JAVA_OPTIONS, _add_jvm_options
+
+
+def test_options_are_split_as_a_shell_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1  '-Dname=a b'")
+    assert jvm_options() == ["-XX:TieredStopAtLevel=1", "-Dname=a b"]
+    monkeypatch.setenv(JVM_OPTIONS_ENV, "")
+    assert jvm_options() == []
+    monkeypatch.delenv(JVM_OPTIONS_ENV)
+    assert jvm_options() == []
+
+
+def test_an_unclosed_quote_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(JVM_OPTIONS_ENV, "-Dname='a b")
+    with pytest.raises(ConfigError, match=JVM_OPTIONS_ENV):
+        jvm_options()
+
+
+def test_spark_gets_them_after_its_own_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cds.CDS_ENV, "0")
+    monkeypatch.setenv(JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1 '-Dname=a b'")
+    conf = {"spark.driver.extraJavaOptions": "-Xms1024m -XX:+AlwaysPreTouch"}
+    _add_jvm_options(conf)
+    assert conf["spark.driver.extraJavaOptions"] == (
+        "-Xms1024m -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1 '-Dname=a b'")
+    assert conf["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 '-Dname=a b'"
+    monkeypatch.delenv(JVM_OPTIONS_ENV)
+    untouched: dict[str, str] = {}
+    _add_jvm_options(untouched)
+    assert not any(key in untouched for key in JAVA_OPTIONS)
+
+
+def test_the_local_spark_cluster_daemons_get_them(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    monkeypatch.setenv(JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1")
+    monkeypatch.setenv("SPARK_DAEMON_JAVA_OPTS", "-Dmine=1")
+    env = spark_cluster._child_env(tmp_path, "python3")
+    assert env["SPARK_DAEMON_JAVA_OPTS"] == "-Dmine=1 -XX:TieredStopAtLevel=1"
+    monkeypatch.delenv(JVM_OPTIONS_ENV)
+    monkeypatch.delenv("SPARK_DAEMON_JAVA_OPTS")
+    assert "SPARK_DAEMON_JAVA_OPTS" not in spark_cluster._child_env(tmp_path, "python3")
+
+
+def test_the_driver_starts_from_the_archive_once_it_exists(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    monkeypatch.setenv("REVISE_JVM_DIR", str(tmp_path))
+    monkeypatch.delenv(cds.CDS_ENV, raising=False)
+    monkeypatch.setenv(JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1")
+    assert cds.driver_options() == []  # not trained: no option, not a missing file's
+    archive = cds.archive_path()
+    assert archive.parent.parent == tmp_path
+    archive.parent.mkdir()
+    archive.write_bytes(b"")
+    assert cds.driver_options() == [f"-XX:SharedArchiveFile={archive}", *cds.QUIET]
+    conf: dict[str, str] = {}
+    _add_jvm_options(conf)
+    # the archive for the driver only (executors start elsewhere), the user's options last
+    assert conf["spark.driver.extraJavaOptions"].split() == [
+        f"-XX:SharedArchiveFile={archive}", *cds.QUIET, "-XX:TieredStopAtLevel=1"]
+    assert conf["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    monkeypatch.setenv(cds.CDS_ENV, "0")
+    assert cds.driver_options() == []
+
+
+def test_another_java_or_other_jars_use_another_archive(monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    monkeypatch.setenv("REVISE_JVM_DIR", str(tmp_path))
+    jars = tmp_path / "spark"
+    jars.mkdir()
+    (jars / "a.jar").write_bytes(b"1")
+    before = cds.archive_path()
+    assert cds.archive_path() == before  # stable
+    (jars / "a.jar").write_bytes(b"22")
+    assert cds.archive_path() != before
