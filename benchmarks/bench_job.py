@@ -38,6 +38,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -429,10 +430,18 @@ def _median_run(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _parent(args: argparse.Namespace) -> int:
+    work = Path(tempfile.mkdtemp(prefix="revise-bench-"))
+    try:
+        return _measure(args, work)
+    finally:  # the broker's log and every run's checkpoint and tables: up to GBs a run
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace, work: Path) -> int:
+    """Generate the input into a broker under ``work``, run every variant, print the figures."""
     from revise.generate import GeneratorConfig, generate, produce
     from revise.infra import broker
 
-    work = Path(tempfile.mkdtemp(prefix="revise-bench-"))
     with broker.given_or_embedded(args.bootstrap, work / "broker") as bootstrap:
         topic = f"bench-input-{uuid.uuid4().hex[:6]}"
         t0 = time.monotonic()
