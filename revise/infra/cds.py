@@ -1,11 +1,12 @@
-"""A class-data-sharing archive of the Spark driver JVM's classes: a job starts ~10 s sooner.
+"""A class-data-sharing archive of the Spark driver JVM's classes: a job starts ~8 s sooner.
 
 A revise job's driver JVM loads and verifies some 20,000 classes (Spark, its SQL engine, the
 Kafka connector, the state store) before its first micro-batch. Java 17 can write the classes a
 run loaded into an archive when the JVM exits (``-XX:ArchiveClassesAtExit``, a dynamic CDS
 archive) and map them from it in the next JVM (``-XX:SharedArchiveFile``). On this project's
-2-core machine that took a small bounded job from ~33 s to ~22 s, and its first result from
-~25 s to ~15 s after start (docs/BENCHMARKS.md, *Start-up: the JVM's classes from an archive*).
+2-core machine that took a small bounded job from 38.8 s to 31.1 s, and its first result from
+28.3 s to 20.4 s after start (``python -m benchmarks.bench_startup``; docs/BENCHMARKS.md,
+*Start-up: the JVM's classes from an archive*).
 
 - ``python -m revise.infra.cds`` (the Makefile's ``install`` runs it) trains the archive: an
   embedded broker under a temporary folder, 1,000 generated records, one ``revise run --once``
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from revise.errors import ReviseError
 from revise.infra.jars import jvm_dir
-from revise.infra.procs import JVM_OPTIONS_ENV, java, jvm_options
+from revise.infra.procs import JVM_OPTIONS_ENV, group_alive, java, jvm_options
 
 __all__ = ["CDS_ENV", "archive_path", "driver_options", "dump_options", "train"]
 
@@ -83,17 +84,6 @@ def dump_options(path: Path) -> list[str]:
     return [f"-XX:ArchiveClassesAtExit={path}", *QUIET]
 
 
-def _wait_group_gone(pgid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def train(*, quiet: bool = True) -> Path:
     """Write the archive: a small bounded job on an embedded broker, its JVM dumping at exit.
 
@@ -139,7 +129,10 @@ def train(*, quiet: bool = True) -> Path:
                 msg = f"the CDS training job did not end within {TRAIN_TIMEOUT_S:.0f}s"
                 raise ReviseError(msg) from None
             # the JVM outlives the CLI by the time it takes to write the archive
-            gone = _wait_group_gone(proc.pid, TRAIN_TIMEOUT_S)
+            deadline = time.monotonic() + TRAIN_TIMEOUT_S
+            while group_alive(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            gone = not group_alive(proc.pid)
             if rc != 0 or not gone or not partial.is_file():
                 tail = log.read_text(errors="replace")[-2000:]
                 msg = (f"training the CDS archive failed (exit {rc}, JVM gone: {gone}, "

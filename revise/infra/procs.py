@@ -1,8 +1,8 @@
 """Local processes and ports of the embedded services (Kafka broker, Spark standalone cluster).
 
-Whether a pid is alive (a zombie counts as dead), whether a loopback port is free, a free port,
-the ``java`` executable and the extra options of every JVM revise starts, and terminating a
-process (SIGTERM, wait, SIGKILL).
+Whether a pid or a process group is alive (a zombie counts as dead), whether a loopback port is
+free, a free port, the ``java`` executable and the extra options of every JVM revise starts,
+and terminating a process (SIGTERM, wait, SIGKILL).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 
 from revise.errors import ConfigError, InfraError, SetupError
 
-__all__ = ["JVM_OPTIONS_ENV", "free_port", "java", "jvm_options", "pid_alive", "port_free",
-           "terminate"]
+__all__ = ["JVM_OPTIONS_ENV", "free_port", "group_alive", "java", "jvm_options", "pid_alive",
+           "port_free", "terminate"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -110,6 +110,23 @@ def jvm_options() -> list[str]:
     except ValueError as exc:
         msg = f"${JVM_OPTIONS_ENV}={value!r} is not a list of options: {exc}"
         raise ConfigError(msg) from None
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of group ``pgid`` exists, zombies of ours excepted (reaped).
+
+    A JVM shutting down shows its main thread as a zombie while other threads still run, so
+    the leader's state alone does not say the process is gone; the group's existence does.
+    """
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pgid, os.WNOHANG)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 KILL_WAIT_S = 30.0

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from revise.errors import ConfigError, InfraError
-from revise.infra.procs import free_port, jvm_options, pid_alive
+from revise.infra.procs import free_port, group_alive, jvm_options, pid_alive
 
 __all__ = [
     "SparkCluster",
@@ -346,30 +346,13 @@ def _terminate_group(pid: int, *, timeout_s: float) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _group_alive(pid):
+    while time.monotonic() < deadline and group_alive(pid):
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _group_alive(pid):
+    while time.monotonic() < deadline and group_alive(pid):
         time.sleep(0.05)
-
-
-def _group_alive(pgid: int) -> bool:
-    """True while any process of group ``pgid`` exists, zombies of ours excepted (reaped).
-
-    A JVM shutting down shows its main thread as a zombie while other threads still run, so
-    the leader's state alone does not say the process is gone; the group's existence does.
-    """
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pgid, os.WNOHANG)
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> SparkCluster | None:
