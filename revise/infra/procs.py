@@ -18,8 +18,8 @@ from pathlib import Path
 
 from revise.errors import ConfigError, InfraError, SetupError
 
-__all__ = ["JVM_OPTIONS_ENV", "free_port", "group_alive", "java", "jvm_options", "pid_alive",
-           "port_free", "terminate"]
+__all__ = ["JVM_OPTIONS_ENV", "append_options", "free_port", "group_alive", "java",
+           "jvm_options", "pid_alive", "port_free", "terminate"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -110,6 +110,14 @@ def jvm_options() -> list[str]:
     except ValueError as exc:
         msg = f"${JVM_OPTIONS_ENV}={value!r} is not a list of options: {exc}"
         raise ConfigError(msg) from None
+
+
+def append_options(existing: str, options: list[str]) -> str:
+    """``existing`` (a JVM options string, maybe empty) followed by ``options``, shell-quoted.
+
+    Later options win over earlier ones, so what is appended overrides what was there.
+    """
+    return " ".join(filter(None, [existing, shlex.join(options)]))
 
 
 def group_alive(pgid: int) -> bool:

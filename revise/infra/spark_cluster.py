@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -41,7 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from revise.errors import ConfigError, InfraError
-from revise.infra.procs import free_port, group_alive, jvm_options, pid_alive
+from revise.infra.procs import (
+    append_options,
+    free_port,
+    group_alive,
+    jvm_options,
+    pid_alive,
+)
 
 __all__ = [
     "SparkCluster",
@@ -189,8 +194,8 @@ def _child_env(home: Path, python: str) -> dict[str, str]:
     })
     extra = jvm_options()  # $REVISE_JVM_OPTIONS: the Master's and Workers' JVMs too, last
     if extra:
-        env["SPARK_DAEMON_JAVA_OPTS"] = " ".join(
-            filter(None, [env.get("SPARK_DAEMON_JAVA_OPTS", ""), shlex.join(extra)]))
+        env["SPARK_DAEMON_JAVA_OPTS"] = append_options(env.get("SPARK_DAEMON_JAVA_OPTS", ""),
+                                                       extra)
     return env
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING
 from revise.errors import ConfigError
 from revise.infra import cds
 from revise.infra.jars import classpath
-from revise.infra.procs import jvm_options
+from revise.infra.procs import append_options, jvm_options
 from revise.infra.pyfiles import ship_to_executors
 from revise.redact import spark_redaction_conf
 
@@ -219,7 +218,7 @@ def _add_jvm_options(conf: dict[str, str]) -> None:
     added = {JAVA_OPTIONS[0]: [*cds.driver_options(), *extra], JAVA_OPTIONS[1]: extra}
     for key, options in added.items():
         if options:
-            conf[key] = " ".join(filter(None, [conf.get(key, ""), shlex.join(options)]))
+            conf[key] = append_options(conf.get(key, ""), options)
 
 
 QUIET_LOGGERS = {
