@@ -5,8 +5,9 @@ Run from the repository root (after ``make install``, which trains the class arc
     python -m benchmarks.bench_startup [--rounds 3] [--events 1000]
 
 An embedded broker under a temporary folder gets ``--events`` generated records on 2
-partitions; then each round runs ``python -m revise run --once`` (tumbling 2 s, grace 3 s, 200
-records a micro-batch, fresh checkpoint and Delta folder) once per variant, the variants
+partitions; then each round runs the job the class archive is trained on
+(:func:`revise.infra.cds.small_job_command`: ``revise run --once``, tumbling 2 s, grace 3 s,
+200 records a micro-batch, fresh checkpoint and Delta folder) once per variant, the variants
 alternating so that the machine's drift hits each alike:
 
 - ``default``: the JVM as it comes, no class archive (``REVISE_CDS=0``);
@@ -48,12 +49,7 @@ VARIANTS: dict[str, dict[str, str]] = {
 
 def _run(bootstrap: str, root: Path, name: str, env: dict[str, str]) -> dict[str, float]:
     """One bounded run; its wall time, first micro-batch done and own seconds."""
-    work = root / name
-    cmd = [sys.executable, "-m", "revise", "run", "--once", "--bootstrap-servers", bootstrap,
-           "--input-topic", "startup-in", "--changelog-topic", f"startup-{name}",
-           "--query-id", name, "--delta-path", str(work / "delta"),
-           "--checkpoint", str(work / "ckpt"), "--window", "tumbling:2s", "--grace", "3s",
-           "--max-records-per-batch", "200"]
+    cmd = cds.small_job_command(bootstrap, "startup-in", name, root / name)
     t0 = time.monotonic()
     done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True,
                           timeout=600, check=False)

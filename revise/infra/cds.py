@@ -34,7 +34,8 @@ from revise.errors import ReviseError
 from revise.infra.jars import jvm_dir
 from revise.infra.procs import JVM_OPTIONS_ENV, group_alive, java, jvm_options
 
-__all__ = ["CDS_ENV", "archive_path", "driver_options", "dump_options", "train"]
+__all__ = ["CDS_ENV", "archive_path", "driver_options", "dump_options", "small_job_command",
+           "train"]
 
 CDS_ENV = "REVISE_CDS"
 """``0`` turns the archive off (the driver JVM starts without it)."""
@@ -79,6 +80,20 @@ def driver_options() -> list[str]:
     return [f"-XX:SharedArchiveFile={path}", *QUIET] if path.is_file() else []
 
 
+def small_job_command(bootstrap: str, topic: str, query_id: str, work: Path) -> list[str]:
+    """``python -m revise run --once`` of the small job the archive is trained on.
+
+    Tumbling 2 s windows, grace 3 s, 200 records a micro-batch; the changelog is
+    ``<query_id>-changelog``, the checkpoint and Delta tables go under ``work``.
+    ``benchmarks/bench_startup.py`` times the same job.
+    """
+    return [sys.executable, "-m", "revise", "run", "--once", "--bootstrap-servers", bootstrap,
+            "--input-topic", topic, "--changelog-topic", f"{query_id}-changelog",
+            "--query-id", query_id, "--delta-path", str(work / "delta"),
+            "--checkpoint", str(work / "ckpt"), "--window", "tumbling:2s", "--grace", "3s",
+            "--max-records-per-batch", "200"]
+
+
 def dump_options(path: Path) -> list[str]:
     """Options that make a JVM write the classes it loaded to ``path`` when it exits."""
     return [f"-XX:ArchiveClassesAtExit={path}", *QUIET]
@@ -111,12 +126,7 @@ def train(*, quiet: bool = True) -> Path:
                     partitions=2)
             env = {**os.environ, CDS_ENV: "0",  # the user's JVM options, then the dump's
                    JVM_OPTIONS_ENV: shlex.join([*jvm_options(), *dump_options(partial)])}
-            cmd = [sys.executable, "-m", "revise", "run", "--once",
-                   "--bootstrap-servers", cluster.bootstrap_servers, "--input-topic", "cds-in",
-                   "--changelog-topic", "cds-changelog", "--query-id", "cds",
-                   "--delta-path", str(root / "delta"), "--checkpoint", str(root / "ckpt"),
-                   "--window", "tumbling:2s", "--grace", "3s",
-                   "--max-records-per-batch", "300"]
+            cmd = small_job_command(cluster.bootstrap_servers, "cds-in", "cds", root)
             log = root / "train.log"
             with open(log, "wb") as out:
                 proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
