@@ -4,7 +4,8 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 # Test processes (pytest-xdist), each with its own broker and Spark session; whole files go to
-# one process (--dist loadfile), so a file's module fixtures are set up once. 0 runs serially.
+# one process (--dist loadfile), so a file's module fixtures are set up once, longest file first
+# (tests/scheduling.py; --no-loadscope-reorder keeps that order). 0 runs serially.
 TEST_WORKERS ?= 2
 
 .PHONY: install demo test lint bench bench-engine bench-job clean
@@ -28,7 +29,7 @@ demo: $(STAMP)
 	$(VENV)/bin/revise demo
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check revise windows sinks tests benchmarks

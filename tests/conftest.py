@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from scheduling import FileSeconds, file_of, recorded_durations, slowest_first
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,6 +31,7 @@ small bounded job took 0.82x the wall time so, and 0.56x with the driver's class
 well (docs/BENCHMARKS.md, *Start-up: the JVM's classes from an archive*). A value set outside
 wins."""
 os.environ.setdefault("REVISE_JVM_OPTIONS", TEST_JVM_OPTIONS)
+_file_seconds = FileSeconds()
 
 
 @pytest.fixture(scope="session")
@@ -110,7 +112,30 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    path = session.config.getoption("--record-durations")
+    if path and not hasattr(session.config, "workerinput"):  # the controller, or no xdist
+        _file_seconds.write(Path(path))
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter else []
     if os.environ.get("CI") and skipped and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations", metavar="PATH", default=None,
+        help="write each test file's seconds in this run to PATH as JSON (tests/durations.json "
+             "orders the files for pytest-xdist: tests/scheduling.py)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the test files longest first (:func:`scheduling.slowest_first`)."""
+    order = {f: i for i, f in enumerate(slowest_first([file_of(it.nodeid) for it in items],
+                                                      recorded_durations()))}
+    items.sort(key=lambda it: order[file_of(it.nodeid)])  # stable: a file keeps its order
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Under xdist the controller gets every worker's reports through this hook.
+    _file_seconds.add(report)
