@@ -176,24 +176,24 @@ class KeyTable:
     @staticmethod
     def _utf8(text: pa.StringArray) -> npt.NDArray[np.bytes_] | None:
         """``text`` as fixed-width UTF-8 bytes, or None if one is too long or ends in NUL."""
-        if len(text) and (
-            pc.max(pc.binary_length(text)).as_py() > INDEX_MAX_BYTES
-            or pc.any(pc.ends_with(text, "\x00")).as_py()
-        ):
+        if len(text) and pc.any(pc.ends_with(text, "\x00")).as_py():
             return None
-        return _fixed_width(text)
+        return _fixed_width(text, INDEX_MAX_BYTES)
 
 
-def _fixed_width(text: pa.StringArray) -> npt.NDArray[np.bytes_]:
+def _fixed_width(text: pa.StringArray, max_width: int) -> npt.NDArray[np.bytes_] | None:
     """``text``'s UTF-8 bytes as one NUL-padded ``S<width>`` array, without Python objects.
 
     Each string's bytes are scattered from Arrow's data buffer into its row of a zeroed
-    ``(n, width)`` byte matrix, which numpy then reads as ``n`` fixed-width strings.
+    ``(n, width)`` byte matrix, which numpy then reads as ``n`` fixed-width strings. None when
+    a string is longer than ``max_width`` bytes.
     """
     n = len(text)
     offsets = np.frombuffer(text.buffers()[1], dtype=np.int32)[text.offset:text.offset + n + 1]
     lengths = np.diff(offsets)
     width = max(int(lengths.max()) if n else 1, 1)
+    if width > max_width:
+        return None
     out = np.zeros((n, width), dtype=np.uint8)
     total = int(offsets[-1] - offsets[0]) if n else 0
     if total:
