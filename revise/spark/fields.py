@@ -38,7 +38,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from revise.inputspec import KAFKA_TIMESTAMP, InputSpec, TsFormat, parse_key_fields, variant_path
-from revise.spark.parse import _MAX_TS, INTEGER_TYPES, _sql_str
+from revise.spark.parse import _MAX_TS, INTEGER_TYPES, _sql_str, json_number, json_string
 
 __all__ = ["KAFKA_TIMESTAMP", "InputSpec", "TsFormat", "classify_fields", "parse_key_fields"]
 
@@ -50,23 +50,41 @@ _ISO_ZONE = r"(Z|[+-][0-9]{2}(:?[0-9]{2})?)$"
 
 @dataclass(frozen=True, slots=True)
 class _Check:
-    """The SQL of one field: precomputed columns, cheap test, diagnosis branches, output."""
+    """The SQL of one field: precomputed columns, cheap test, diagnosis branches, output.
+
+    ``subs`` (the field's value looked up once, as a variant) are computed before ``pre``,
+    which may read them.
+    """
 
     pre: tuple[Column, ...]
     fast: str
     whens: str
     out: str
+    subs: tuple[Column, ...] = ()
+
+
+def _sub(p: str, name: str) -> Column:
+    """The value at path ``p`` of ``_v`` as a variant column ``name`` (one lookup per row)."""
+    return F.expr(f"variant_get(_v, {p})").alias(name)
 
 
 def _quoted(field: str) -> str:
     return _sql_str(f"'{field}'")
 
 
-def _canonical(t: str, p: str) -> str:
-    """SQL of the canonical text of the value at path ``p`` whose variant type is column ``t``."""
-    d = f"try_variant_get(_v, {p}, 'double')"
+def _double(sub: str, p: str) -> str:
+    """SQL of the value of variant column ``sub`` (path ``p``) as a double, or NULL."""
+    return json_number(sub, "double", f"try_variant_get(_v, {p}, 'double')")
+
+
+def _canonical(t: str, p: str, sub: str) -> str:
+    """SQL of the canonical text of a value whose variant type is column ``t``.
+
+    The value is at path ``p`` of ``_v``, and in variant column ``sub``.
+    """
+    d = _double(sub, p)
     return f"""CASE WHEN {t} IN ('STRING', 'BOOLEAN', {_INTS}) OR {t} LIKE 'DECIMAL(%,0)'
-        THEN to_json(variant_get(_v, {p}))
+        THEN to_json({sub})
         WHEN {d} % 1 = 0 AND abs({d}) < {_MAX_TS} THEN cast(cast({d} AS bigint) AS string)
         ELSE cast({d} AS string) END"""
 
@@ -80,40 +98,45 @@ def _presence_whens(t: str, q: str) -> str:
 def _scalar_check(i: int, field: str, role: str, *, string_only: bool) -> _Check:
     """A key member (``role`` ``k``) or distinct field (``d``): string, or string/number/bool."""
     p, q, t = _sql_str(variant_path(field, "field")), _quoted(field), f"_{role}{i}"
-    pre = (F.expr(f"schema_of_variant(variant_get(_v, {p}))").alias(t),)
+    sub, text = f"{t}v", f"{t}j"
+    subs = (_sub(p, sub),)
+    pre = (F.expr(f"schema_of_variant({sub})").alias(t),)
     if string_only:
-        return _Check(pre, f"{t} = 'STRING'", _presence_whens(t, q) + f"""
+        return _Check(pre + (F.expr(f"to_json({sub})").alias(text),), f"{t} = 'STRING'",
+                      _presence_whens(t, q) + f"""
         WHEN {t} <> 'STRING' THEN concat('field ', {q}, ' must be a string, got ', {t})""",
-                      f"variant_get(_v, {p}, 'string')")
-    d = f"try_variant_get(_v, {p}, 'double')"
+                      json_string(text, f"variant_get(_v, {p}, 'string')"), subs)
+    d = _double(sub, p)
     is_num = _NUMBERS.format(t=t)
     whens = _presence_whens(t, q) + f"""
         WHEN NOT ({t} IN ('STRING', 'BOOLEAN') OR {is_num}) THEN concat('field ', {q},
              ' must be a string, number or boolean, got ', {t})
         WHEN {is_num} AND (isnan({d}) OR abs({d}) = double('infinity'))
           THEN concat('field ', {q}, ' is not a finite number')"""
-    return _Check(pre, f"{t} IN ('STRING', 'BOOLEAN', {_INTS})", whens, _canonical(t, p))
+    return _Check(pre, f"{t} IN ('STRING', 'BOOLEAN', {_INTS})", whens, _canonical(t, p, sub),
+                  subs)
 
 
 def _numeric_check(i: int, field: str) -> _Check:
     """A numeric aggregated field: a finite JSON number, as float64 (today's value rule)."""
     p, q, t, val = _sql_str(variant_path(field, "field")), _quoted(field), f"_n{i}", f"_nv{i}"
-    pre = (F.expr(f"schema_of_variant(variant_get(_v, {p}))").alias(t),
-           F.expr(f"try_variant_get(_v, {p}, 'double')").alias(val))
+    sub = f"{t}v"
+    pre = (F.expr(f"schema_of_variant({sub})").alias(t), F.expr(_double(sub, p)).alias(val))
     is_num = _NUMBERS.format(t=t)
     finite = f"(NOT isnan({val}) AND abs({val}) <> double('infinity'))"
     whens = _presence_whens(t, q) + f"""
         WHEN NOT {is_num} THEN concat('field ', {q}, ' must be a number, got ', {t})
         WHEN {val} IS NULL OR NOT {finite} THEN concat('field ', {q}, ' is not a finite number')"""
-    return _Check(pre, f"{is_num} AND {finite}", whens, val)
+    return _Check(pre, f"{is_num} AND {finite}", whens, val, (_sub(p, sub),))
 
 
 def _epoch_check(spec: InputSpec) -> _Check:
     """Event time in one of the epoch formats, as ``_tms`` (int64 ms)."""
     p, q = _sql_str(variant_path(spec.ts_field, "--ts-field")), _quoted(spec.ts_field)
     fmt = spec.ts_format
-    pre = (F.expr(f"schema_of_variant(variant_get(_v, {p}))").alias("_tt"),
-           F.expr(f"try_variant_get(_v, {p}, 'bigint')").alias("_ts"))
+    pre = (F.expr("schema_of_variant(_ttv)").alias("_tt"),
+           F.expr(json_number("_ttv", "bigint", f"try_variant_get(_v, {p}, 'bigint')"))
+           .alias("_ts"))
     is_int = f"(_tt IN ({_INTS}) OR (_tt LIKE 'DECIMAL(%,0)'))"
     unit = {"epoch_ms": "ms", "epoch_s": "s", "epoch_us": "us"}[fmt]
     scale = {"epoch_ms": 1, "epoch_s": 1000, "epoch_us": 1}[fmt]
@@ -137,15 +160,16 @@ def _epoch_check(spec: InputSpec) -> _Check:
     whens = _presence_whens("_tt", q) + f"""
         {kind}
           THEN concat('field ', {q}, ' is out of range [0, 2^53){suffix}: ', {raw})"""
-    return _Check(pre, fast, whens, out)
+    return _Check(pre, fast, whens, out, (_sub(p, "_ttv"),))
 
 
 def _iso_check(spec: InputSpec) -> _Check:
     """Event time as ISO-8601 text with a zone, as ``_tms`` (int64 ms, sub-ms truncated)."""
     p, q = _sql_str(variant_path(spec.ts_field, "--ts-field")), _quoted(spec.ts_field)
     zoned = f"_tstr RLIKE '{_ISO_BODY}{_ISO_ZONE}'"
-    pre = (F.expr(f"schema_of_variant(variant_get(_v, {p}))").alias("_tt"),
-           F.expr(f"try_variant_get(_v, {p}, 'string')").alias("_tstr"))
+    pre = (F.expr("schema_of_variant(_ttv)").alias("_tt"),
+           F.expr(json_string("to_json(_ttv)", f"try_variant_get(_v, {p}, 'string')"))
+           .alias("_tstr"))
     ms = f"(CASE WHEN {zoned} THEN unix_millis(try_cast(_tstr AS timestamp)) END)"
     fast = f"_tt = 'STRING' AND {zoned} AND {ms} >= 0 AND {ms} < {_MAX_TS}"
     whens = _presence_whens("_tt", q) + f"""
@@ -157,7 +181,7 @@ def _iso_check(spec: InputSpec) -> _Check:
              ' is not an ISO-8601 time (YYYY-MM-DDThh:mm:ss[.fff]Z or +hh:mm): ', _tstr)
         WHEN {ms} < 0 OR {ms} >= {_MAX_TS}
           THEN concat('field ', {q}, ' is out of range [0, 2^53) ms: ', _tstr)"""
-    return _Check(pre, fast, whens, ms)
+    return _Check(pre, fast, whens, ms, (_sub(p, "_ttv"),))
 
 
 def _kafka_ts_check() -> _Check:
@@ -201,6 +225,7 @@ def classify_fields(raw: DataFrame, spec: InputSpec) -> DataFrame:
         F.col("value").cast("string").alias("raw_value"), "topic", "partition", "offset",
         "timestamp",
     ).withColumn("_v", F.expr("try_parse_json(raw_value)"))
+    df = df.select("*", *(c for check in checks for c in check.subs))
     df = df.select("*", *(c for check in checks for c in check.pre))
     fast = " AND ".join(f"({c.fast})" for c in checks)
     # A lookup on anything but an object is NULL, so a found first key proves an object; the

@@ -10,11 +10,12 @@ field names with a single quote or a backslash, which that implementation could 
 from __future__ import annotations
 
 import json
+import random
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from revise.spark.parse import classify
+from revise.spark.parse import classify, json_number, json_string
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -190,3 +191,51 @@ def test_unaddressable_field_name_is_rejected(spark: SparkSession) -> None:
     raw = spark.createDataFrame([], SCHEMA)
     with pytest.raises(ValueError, match="variant path"):
         classify(raw, key_field="a'b\".c")
+
+
+def _json_values() -> list[str]:
+    """JSON texts of many kinds: numbers of every form and size, strings with and without
+    escapes, and other types (the helpers must give the typed read's answer for them too)."""
+    rng = random.Random(7)
+    texts = ["0", "-0", "-0.0", "1", "12.0", "1e0", "1E+2", "2.5e-7", "1e-400", "1e400", "-1e400",
+             "9007199254740993", "123456789012345678901234567890", "99999999999999999999.5",
+             "0.1", "0.30000000000000004", "1.2345678901234567", "5e-324", "1.7976931348623157e308",
+             "true", "false", '"3"', '"12.5"', '"abc"', '""', '"a\\"b"', '"a\\\\b"', '"tab\\t"',
+             '"\\u0000x"', '"h\\u00e9"', '"a/b"', '"\u00e9\u20ac\U0001f600"', "[1]", '{"a":1}']
+    for _ in range(300):
+        texts.append(repr(rng.uniform(-1e6, 1e6)))
+        texts.append(f"{rng.gauss(0, 1) * 10.0 ** rng.randint(-30, 30):.{rng.randint(0, 17)}e}")
+        texts.append(f"{rng.randint(-10**25, 10**25)}.{rng.randint(0, 10**rng.randint(1, 18))}")
+        texts.append(str(rng.randint(-2**63, 2**63 - 1)))
+    return texts
+
+
+def test_reads_through_json_text_equal_typed_variant_reads(spark: SparkSession) -> None:
+    """``json_number`` / ``json_string`` (the fast path's reads) give exactly what
+    ``try_variant_get`` gives, for every kind of JSON value."""
+    texts = _json_values()
+    df = spark.createDataFrame([(i, f'{{"f":{t}}}') for i, t in enumerate(texts)],
+                               "i INT, raw STRING").selectExpr(
+        "i", "raw", "try_parse_json(raw) AS _v").selectExpr(
+        "i", "raw", "_v", "variant_get(_v, '$.f') AS sub").selectExpr(
+        "i", "raw", "to_json(sub) AS text", "sub", "_v")
+    reads = {
+        "double": (json_number("sub", "double", "try_variant_get(_v, '$.f', 'double')"),
+                   "try_variant_get(_v, '$.f', 'double')"),
+        "bigint": (json_number("sub", "bigint", "try_variant_get(_v, '$.f', 'bigint')"),
+                   "try_variant_get(_v, '$.f', 'bigint')"),
+        "string": (json_string("text", "try_variant_get(_v, '$.f', 'string')"),
+                   "try_variant_get(_v, '$.f', 'string')"),
+    }
+    cols = [f"{sql} AS {name}_{side}" for name, pair in reads.items()
+            for side, sql in zip(("fast", "typed"), pair, strict=True)]
+    rows = df.selectExpr("raw", "try_cast(text AS double) AS text_double", *cols).collect()
+    assert len(rows) == len(texts)
+    for name in reads:
+        differ = [(r["raw"], r[f"{name}_fast"], r[f"{name}_typed"]) for r in rows
+                  if r[f"{name}_fast"] != r[f"{name}_typed"]]
+        assert differ == [], name
+    # Most numbers were read from their text, not by the typed read.
+    assert sum(r["text_double"] is not None for r in rows) > 1000
+    by_raw = {r["raw"]: r["string_fast"] for r in rows}
+    assert (by_raw['{"f":"abc"}'], by_raw['{"f":"a\\"b"}']) == ("abc", 'a"b')
