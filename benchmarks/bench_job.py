@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchmarks.jvm_threads import JvmThreadCpu
+from revise.kafka_config import SPARK_SOURCE_DEFAULTS
 
 __all__ = ["main"]
 
@@ -225,6 +226,8 @@ def _native(spark: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         .option("startingOffsets", "earliest")
         .option("kafka.isolation.level", "read_committed")
         .option("maxOffsetsPerTrigger", str(args.batch))
+        .options(**({"kafka.max.poll.records": str(args.native_max_poll_records)}
+                    if args.native_max_poll_records else {}))
         .load()
         .select(F.from_json(F.col("value").cast("string"),
                             "key STRING, ts BIGINT, value DOUBLE").alias("e"))
@@ -354,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state-layout", choices=("snapshot", "log"),
                    help="revise's --state-layout for the revise variants (not the @base ones, "
                         "which run their tree's default); default: revise's own")
+    p.add_argument("--native-max-poll-records", type=int, default=None, metavar="N",
+                   help="the native variants' Kafka consumer max.poll.records (default: "
+                        "Kafka's, 500; revise's source uses "
+                        f"{SPARK_SOURCE_DEFAULTS['max.poll.records']})")
     p.add_argument("--jvm-threads", action="store_true",
                    help="also report the driver JVM's CPU by thread group (JIT, GC, executor "
                         "tasks, state server, stream; benchmarks.jvm_threads), sampled from "
@@ -380,6 +387,8 @@ def _child(
     env = {**os.environ, "REVISE_SPARK_LOG_LEVEL": "ERROR"}
     name, cwd = variant, None
     options = ["--state-layout", args.state_layout] if args.state_layout else []
+    if args.native_max_poll_records:
+        options += ["--native-max-poll-records", str(args.native_max_poll_records)]
     if args.jvm_threads:
         options.append("--jvm-threads")
     if variant.endswith(BASELINE_SUFFIX):

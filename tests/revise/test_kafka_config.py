@@ -11,6 +11,7 @@ import pytest
 from revise.errors import ConfigError
 from revise.kafka_config import (
     ENV_KAFKA_CONFIG,
+    SPARK_SOURCE_DEFAULTS,
     load_kafka_settings,
     parse_kafka_options,
     parse_properties,
@@ -128,6 +129,7 @@ def test_keys_go_to_the_library_that_knows_them() -> None:
     assert "fetch.wait.max.ms" not in s.producer_conf()
     java = s.spark_source_options()
     assert java["kafka.max.poll.records"] == "10" and "max.poll.records" not in s.admin_conf()
+    assert SPARK_SOURCE_DEFAULTS["max.poll.records"] != "10"  # the user's value won
     assert java["kafka.client.id"] == "cid" and s.admin_conf()["client.id"] == "cid"
     assert "kafka.linger.ms" not in java and "kafka.fetch.wait.max.ms" not in java
     assert java["kafka.default.api.timeout.ms"] == "9000"
@@ -135,6 +137,13 @@ def test_keys_go_to_the_library_that_knows_them() -> None:
     assert java["kafka.retries"] == "3" and "retries" not in s.producer_conf()
     with pytest.raises(ConfigError, match="ssl.cipher.suites means different things"):
         load("ssl.cipher.suites=X")
+
+
+def test_spark_source_gets_revise_poll_size_unless_the_user_set_one() -> None:
+    java = load().spark_source_options()
+    assert java["kafka.max.poll.records"] == SPARK_SOURCE_DEFAULTS["max.poll.records"]
+    assert int(java["kafka.max.poll.records"]) > 500  # Kafka's default, which the tuning beats
+    assert "max.poll.records" not in load().consumer_conf()  # the Java source's only
 
 
 # ----------------------------------------------------------------------------- SASL
