@@ -121,7 +121,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--record-durations", metavar="PATH", default=None,

@@ -167,9 +167,9 @@ def _iso_check(spec: InputSpec) -> _Check:
     """Event time as ISO-8601 text with a zone, as ``_tms`` (int64 ms, sub-ms truncated)."""
     p, q = _sql_str(variant_path(spec.ts_field, "--ts-field")), _quoted(spec.ts_field)
     zoned = f"_tstr RLIKE '{_ISO_BODY}{_ISO_ZONE}'"
+    # The typed read: json_string would need the text as a column of an earlier stage.
     pre = (F.expr("schema_of_variant(_ttv)").alias("_tt"),
-           F.expr(json_string("to_json(_ttv)", f"try_variant_get(_v, {p}, 'string')"))
-           .alias("_tstr"))
+           F.expr(f"try_variant_get(_v, {p}, 'string')").alias("_tstr"))
     ms = f"(CASE WHEN {zoned} THEN unix_millis(try_cast(_tstr AS timestamp)) END)"
     fast = f"_tt = 'STRING' AND {zoned} AND {ms} >= 0 AND {ms} < {_MAX_TS}"
     whens = _presence_whens("_tt", q) + f"""

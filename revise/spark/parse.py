@@ -42,8 +42,8 @@ def json_number(sub: str, sql_type: str, fallback: str) -> str:
     """SQL reading the value of the variant column ``sub`` as ``sql_type``, as ``fallback`` does.
 
     ``try_variant_get(v, path, type)`` builds and evaluates a Catalyst ``Cast`` expression
-    for every value it reads (Spark 4.2's ``VariantGet.cast``): in a profile of the job's
-    input stage that was 28 % of the executors' CPU. A number's JSON text (``to_json``) cast
+    for every value it reads (Spark 4.2's ``VariantGet.cast``): in a profile of the job that
+    was 28 % of the executor threads' samples. A number's JSON text (``to_json``) cast
     by the query's own compiled cast gives the same value: integers exactly, other numbers
     correctly rounded from their decimal digits. Anything else (a string, a boolean, a number
     beyond the type's range) is read by ``fallback``, the typed read of the same field, so the
@@ -58,7 +58,7 @@ def json_string(text: str, fallback: str) -> str:
     A JSON string without escapes is the string itself in quotes (see :func:`json_number` for
     why this beats a typed read). Anything else (a string with an escape, which has a
     backslash, or another type) is read by ``fallback``, the typed ``variant_get`` of the same
-    field.
+    field. ``text`` appears four times: make it a column (``to_json`` of a string is not cheap).
     """
     return (f"CASE WHEN startswith({text}, '\"') AND instr({text}, '\\\\') = 0 "
             f"THEN substr({text}, 2, length({text}) - 2) ELSE {fallback} END")
@@ -102,7 +102,7 @@ def classify(
     ).withColumn("_v", F.expr("try_parse_json(raw_value)"))
     # Each field looked up once; what the fast path reads is computed once per row from it, and
     # the reason and the output columns reuse it. Typed reads go through the field's JSON text
-    # (:func:`json_text`), not a typed variant_get (which builds a Cast per row).
+    # (:func:`json_number`, :func:`json_string`), not a typed variant_get (a Cast per value).
     df = df.select("*", *(F.expr(f"variant_get(_v, {path})").alias(sub)
                           for sub, path in (("_kv", kp), ("_tv_", tp), ("_vv", vp))))
     df = df.select(
