@@ -74,7 +74,7 @@ def _quoted(field: str) -> str:
 
 def _double(sub: str, p: str) -> str:
     """SQL of the value of variant column ``sub`` (path ``p``) as a double, or NULL."""
-    return json_number(sub, "double", f"try_variant_get(_v, {p}, 'double')")
+    return json_number(sub, p, "double")
 
 
 def _canonical(t: str, p: str, sub: str) -> str:
@@ -105,7 +105,7 @@ def _scalar_check(i: int, field: str, role: str, *, string_only: bool) -> _Check
         return _Check(pre + (F.expr(f"to_json({sub})").alias(text),), f"{t} = 'STRING'",
                       _presence_whens(t, q) + f"""
         WHEN {t} <> 'STRING' THEN concat('field ', {q}, ' must be a string, got ', {t})""",
-                      json_string(text, f"variant_get(_v, {p}, 'string')"), subs)
+                      json_string(text, p), subs)
     d = _double(sub, p)
     is_num = _NUMBERS.format(t=t)
     whens = _presence_whens(t, q) + f"""
@@ -135,8 +135,7 @@ def _epoch_check(spec: InputSpec) -> _Check:
     p, q = _sql_str(variant_path(spec.ts_field, "--ts-field")), _quoted(spec.ts_field)
     fmt = spec.ts_format
     pre = (F.expr("schema_of_variant(_ttv)").alias("_tt"),
-           F.expr(json_number("_ttv", "bigint", f"try_variant_get(_v, {p}, 'bigint')"))
-           .alias("_ts"))
+           F.expr(json_number("_ttv", p, "bigint")).alias("_ts"))
     is_int = f"(_tt IN ({_INTS}) OR (_tt LIKE 'DECIMAL(%,0)'))"
     unit = {"epoch_ms": "ms", "epoch_s": "s", "epoch_us": "us"}[fmt]
     scale = {"epoch_ms": 1, "epoch_s": 1000, "epoch_us": 1}[fmt]

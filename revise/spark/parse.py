@@ -38,30 +38,33 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def json_number(sub: str, sql_type: str, fallback: str) -> str:
-    """SQL reading the value of the variant column ``sub`` as ``sql_type``, as ``fallback`` does.
+def json_number(sub: str, path: str, sql_type: str) -> str:
+    """SQL reading variant column ``sub`` (the field at ``path`` of ``_v``) as ``sql_type``.
 
-    ``try_variant_get(v, path, type)`` builds and evaluates a Catalyst ``Cast`` expression
-    for every value it reads (Spark 4.2's ``VariantGet.cast``): in a profile of the job that
-    was 28 % of the executor threads' samples. A number's JSON text (``to_json``) cast
-    by the query's own compiled cast gives the same value: integers exactly, other numbers
-    correctly rounded from their decimal digits. Anything else (a string, a boolean, a number
-    beyond the type's range) is read by ``fallback``, the typed read of the same field, so the
-    result is the typed read's in every case.
+    The result is ``try_variant_get(_v, path, sql_type)``'s, read more cheaply:
+    ``try_variant_get`` builds and evaluates a Catalyst ``Cast`` expression for every value it
+    reads (Spark 4.2's ``VariantGet.cast``); in a profile of the job that was 28 % of the
+    executor threads' samples. A number's JSON text (``to_json``) cast by the query's own
+    compiled cast gives the same value: integers exactly, other numbers correctly rounded from
+    their decimal digits. Anything else (a string, a boolean, a number beyond the type's range)
+    falls back to ``try_variant_get`` itself. ``path`` is a SQL string literal.
     """
-    return f"coalesce(try_cast(to_json({sub}) AS {sql_type}), {fallback})"
+    return (f"coalesce(try_cast(to_json({sub}) AS {sql_type}), "
+            f"try_variant_get(_v, {path}, '{sql_type}'))")
 
 
-def json_string(text: str, fallback: str) -> str:
-    """SQL reading the value whose JSON text is column ``text`` as a string, as ``fallback`` does.
+def json_string(text: str, path: str) -> str:
+    """SQL reading the field at ``path`` of ``_v`` as a string, given its JSON text column.
 
-    A JSON string without escapes is the string itself in quotes (see :func:`json_number` for
-    why this beats a typed read). Anything else (a string with an escape, which has a
-    backslash, or another type) is read by ``fallback``, the typed ``variant_get`` of the same
-    field. ``text`` appears four times: make it a column (``to_json`` of a string is not cheap).
+    The result is ``variant_get(_v, path, 'string')``'s. A JSON string without escapes is the
+    string itself in quotes (see :func:`json_number` for why this beats a typed read); anything
+    else (a string with an escape, which has a backslash, or another type) falls back to that
+    typed read. ``text`` appears four times: make it a column (``to_json`` of a string is not
+    cheap).
     """
     return (f"CASE WHEN startswith({text}, '\"') AND instr({text}, '\\\\') = 0 "
-            f"THEN substr({text}, 2, length({text}) - 2) ELSE {fallback} END")
+            f"THEN substr({text}, 2, length({text}) - 2) "
+            f"ELSE variant_get(_v, {path}, 'string') END")
 
 
 # Longer than ~60 lines: one Spark expression per rejection reason, in the order they are
@@ -110,8 +113,8 @@ def classify(
         F.expr("schema_of_variant(_kv)").alias("_tk"),
         F.expr("to_json(_kv)").alias("_kj"),
         F.expr("schema_of_variant(_tv_)").alias("_tt"),
-        F.expr(json_number("_tv_", "bigint", f"try_variant_get(_v, {tp}, 'bigint')")).alias("_ts"),
-        F.expr(json_number("_vv", "double", f"try_variant_get(_v, {vp}, 'double')")).alias("_val"),
+        F.expr(json_number("_tv_", tp, "bigint")).alias("_ts"),
+        F.expr(json_number("_vv", vp, "double")).alias("_val"),
         *([F.expr("schema_of_variant(_vv)").alias("_tv")] if value_required else []),
     )
     ints = ", ".join(_sql_str(t) for t in INTEGER_TYPES)
@@ -160,7 +163,7 @@ def classify(
         "partition",
         "offset",
         "reason",
-        F.when(ok, F.expr(json_string("_kj", f"variant_get(_v, {kp}, 'string')"))).alias("key"),
+        F.when(ok, F.expr(json_string("_kj", kp))).alias("key"),
         # An accepted ts is an integer in [0, 2**53), which the bigint read gives exactly.
         F.when(ok, F.col("_ts")).alias("ts_ms"),
         F.when(ok, F.coalesce(F.col("_val"), F.lit(0.0))).alias("value"),
