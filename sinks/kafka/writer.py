@@ -241,10 +241,10 @@ class TransactionalChangelog:
             if cfg.transactional:
                 p.begin_transaction()
                 begun = True
-            # 2c. revisions, late records, dead letters, encoded on a helper thread one chunk
+            # 2c. revisions, late records, dead letters, encoded on a helper thread a chunk
             # ahead of the producer (Arrow's kernels release the GIL)
             n = 0
-            with ThreadPoolExecutor(1, thread_name_prefix="revise-encode") as pool:
+            with ThreadPoolExecutor(_ENCODE_THREADS, thread_name_prefix="revise-encode") as pool:
                 for topic, table, encode in outputs:
                     for keys, values in _encoded_chunks(pool, table, encode):
                         n += self._produce_all(p, topic, keys, values)
@@ -356,6 +356,12 @@ class TransactionalChangelog:
 
 
 _ENCODE_CHUNK_ROWS: Final = 50_000
+_ENCODE_THREADS: Final = 1
+"""Chunks encoded at once while the calling thread produces the one before them. Two looked
+better alone (800k revisions through one transaction to the embedded broker: 4.9–5.4 s against
+5.9–8.0 s with one, 2 cores), but in the job, beside the background MERGE into ``latest``, the
+close-all batch's 866k revisions took 7.2–7.9 s to produce against 5.3–5.9 s with one
+(docs/BENCHMARKS.md, 2026-11-27 18:43)."""
 _Encoded = tuple[Sequence[bytes | None], Sequence[bytes]]
 _Encoder = Callable[[pa.Table], _Encoded]
 
@@ -363,12 +369,16 @@ _Encoder = Callable[[pa.Table], _Encoded]
 def _encoded_chunks(
     pool: ThreadPoolExecutor, table: pa.Table, encode: _Encoder
 ) -> Iterator[_Encoded]:
-    """``encode`` of consecutive slices of ``table``, in order, computed one slice ahead."""
-    starts = range(0, table.num_rows, _ENCODE_CHUNK_ROWS)
+    """``encode`` of consecutive ``_ENCODE_CHUNK_ROWS``-row slices of ``table``, in table order.
+
+    Up to ``_ENCODE_THREADS`` slices after the one yielded are encoding meanwhile on ``pool``;
+    each is yielded only after every slice before it, whichever finishes first.
+    """
+    rows = _ENCODE_CHUNK_ROWS
     ahead: deque[Future[_Encoded]] = deque()
-    for start in starts:
-        ahead.append(pool.submit(encode, table.slice(start, _ENCODE_CHUNK_ROWS)))
-        if len(ahead) > 1:
+    for start in range(0, table.num_rows, rows):
+        ahead.append(pool.submit(encode, table.slice(start, rows)))
+        if len(ahead) > _ENCODE_THREADS:
             yield ahead.popleft().result()
     while ahead:
         yield ahead.popleft().result()
