@@ -10,8 +10,8 @@ highest revision per window) costs about as much as a MERGE of one.
 :class:`LatestMerger` runs the MERGEs on one background thread and **coalesces** the batches
 that arrive while it works or rests:
 
-- After a MERGE that took ``d`` seconds it rests ``d × rest_ratio`` seconds (default 3: the
-  MERGEs take at most about a quarter of a core), and at least ``min_rest_s`` (the job's
+- After a MERGE that took ``d`` seconds it rests ``d × rest_ratio`` seconds (default 6: the
+  MERGEs run at most a seventh of the time), and at least ``min_rest_s`` (the job's
   ``--delta-commit-interval``), collecting batches; then it merges all of
   them at once, tagged with the highest batch id (Delta's app transaction version: a replay
   of any of them is then a no-op). A cheap MERGE (a small table) rests ``min_rest_s``, so
@@ -50,8 +50,13 @@ from revise.vocab import LATEST_KEY
 __all__ = ["MAX_PENDING_BATCHES", "MAX_PENDING_ROWS", "REST_RATIO", "LatestMerger",
            "MergeFailed", "highest_per_window"]
 
-REST_RATIO: Final = 3.0
-"""Rest this many times the last MERGE's duration before the next one."""
+REST_RATIO: Final = 6.0
+"""Rest this many times the last MERGE's duration before the next one. On issue 12's 1M-key
+daily workload, where each MERGE rewrites the whole table, 6 ran 6 MERGEs where 3 ran 8, and
+the whole run took 0.91 and 0.93 of the time side by side (docs/BENCHMARKS.md, 2026-11-27
+18:55): the MERGEs' CPU (delta-rs) competes with the micro-batches on the driver's machine.
+``latest`` trails by a few more micro-batches while such MERGEs run; a cheap MERGE rests
+``min_rest_s`` either way."""
 MAX_PENDING_BATCHES: Final = 16
 """Micro-batches the backlog holds at most; with those of a running MERGE, ``latest`` trails
 ``revisions`` by no more than twice this."""
