@@ -241,8 +241,8 @@ class TransactionalChangelog:
             if cfg.transactional:
                 p.begin_transaction()
                 begun = True
-            # 2c. revisions, late records, dead letters, encoded on a helper thread a chunk
-            # ahead of the producer (Arrow's kernels release the GIL)
+            # 2c. revisions, late records, dead letters, encoded on ``_ENCODE_THREADS`` helper
+            # threads ahead of the producer (Arrow's kernels release the GIL)
             n = 0
             with ThreadPoolExecutor(_ENCODE_THREADS, thread_name_prefix="revise-encode") as pool:
                 for topic, table, encode in outputs:

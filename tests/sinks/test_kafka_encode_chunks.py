@@ -47,6 +47,7 @@ def test_a_windows_revisions_stay_in_order_across_chunks(
     # 60 revisions of 3 windows, interleaved, in chunks of 7 encoded 2 at a time: a chunk
     # produced before the one ahead of it would put a window's revisions out of order.
     monkeypatch.setattr(kafka_writer, "_ENCODE_CHUNK_ROWS", 7)
+    monkeypatch.setattr(kafka_writer, "_ENCODE_THREADS", 2)
     cfg = _cfg(kafka_bootstrap, new_topic, unique_id, partitions=2)
     revs = [make_revision(f"w{i % 3}", 0, 10_000, i // 3, query_id=cfg.query_id)
             for i in range(60)]
