@@ -1,7 +1,7 @@
 """Parse and validate input records inside Spark (JVM side), classifying bad input with a reason.
 
-Each Kafka record value is parsed once with Spark's ``try_parse_json`` into a VARIANT; the
-type of each field is read with ``schema_of_variant``. A record is **accepted-format** when:
+Each Kafka record value is parsed once with Spark's ``try_parse_json`` into a VARIANT; each
+field is read once, as its JSON text (``to_json``). A record is **accepted-format** when:
 
 - the value is a JSON object;
 - the key field is a JSON string;
@@ -16,9 +16,10 @@ touches the watermark (its event time is set to 0, below any watermark) nor any 
 Doing this in the JVM keeps Python off the per-record path and lets Spark compute the
 watermark from accepted records only.
 
-Cost: a record that passes a cheap test (string key, integer ts in range, finite numeric
-value, read with one lookup per field) is accepted without building its reason; only records
-that fail it pay for the full diagnosis (schema of the whole value, decimal range checks).
+Cost: a record that passes a cheap test on the fields' JSON texts (string key, integer ts in
+range, finite numeric value, one lookup per field) is accepted without building its reason;
+only records that fail it pay for the full diagnosis (``schema_of_variant`` of each field and
+of the whole value, decimal range checks).
 """
 
 from __future__ import annotations
@@ -103,51 +104,61 @@ def classify(
         F.col("partition"),
         F.col("offset"),
     ).withColumn("_v", F.expr("try_parse_json(raw_value)"))
-    # Each field looked up once; what the fast path reads is computed once per row from it, and
-    # the reason and the output columns reuse it. Typed reads go through the field's JSON text
-    # (:func:`json_number`, :func:`json_string`), not a typed variant_get (a Cast per value).
+    # Each field looked up once; its JSON text (``to_json``) computed once per row, from which
+    # the fast path reads and tests everything: typed reads go through the text
+    # (:func:`json_number`, :func:`json_string`), not a typed variant_get (a Cast per value),
+    # and the type tests are tests on the text, not ``schema_of_variant`` (which builds a
+    # DataType and its SQL name per value): only rejected records pay for those.
     df = df.select("*", *(F.expr(f"variant_get(_v, {path})").alias(sub)
                           for sub, path in (("_kv", kp), ("_tv_", tp), ("_vv", vp))))
+    df = df.select("*", *(F.expr(f"to_json({sub})").alias(text)
+                          for sub, text in (("_kv", "_kj"), ("_tv_", "_tj"), ("_vv", "_vj"))))
+    df = df.select("*", F.expr("try_cast(_tj AS bigint)").alias("_tq"),
+                   F.expr("try_cast(_vj AS double)").alias("_vq"))
     df = df.select(
         "*",
-        F.expr("schema_of_variant(_kv)").alias("_tk"),
-        F.expr("to_json(_kv)").alias("_kj"),
-        F.expr("schema_of_variant(_tv_)").alias("_tt"),
-        F.expr(json_number("_tv_", tp, "bigint")).alias("_ts"),
-        F.expr(json_number("_vv", vp, "double")).alias("_val"),
-        *([F.expr("schema_of_variant(_vv)").alias("_tv")] if value_required else []),
+        F.expr(f"coalesce(_tq, try_variant_get(_v, {tp}, 'bigint'))").alias("_ts"),
+        F.expr(f"coalesce(_vq, try_variant_get(_v, {vp}, 'double'))").alias("_val"),
     )
+    tk, tt, tv = (f"schema_of_variant({sub})" for sub in ("_kv", "_tv_", "_vv"))
     ints = ", ".join(_sql_str(t) for t in INTEGER_TYPES)
     ts_dec = f"try_variant_get(_v, {tp}, 'decimal(38,0)')"
-    is_int = f"(_tt IN ({ints}) OR (_tt LIKE 'DECIMAL(%,0)'))"
-    is_num = f"(_tv IN ({ints}, 'FLOAT', 'DOUBLE') OR _tv LIKE 'DECIMAL(%')"
-    finite = "(NOT isnan(_val) AND abs(_val) <> double('infinity'))"
-    # A key lookup on anything but an object is NULL, so a STRING key already proves the value
-    # is a JSON object; an integer-typed ts is exact as a bigint, so no decimal is needed.
-    fast = f"_tk = 'STRING' AND _tt IN ({ints}) AND _ts >= 0 AND _ts < {_MAX_TS}"
+    is_int = f"({tt} IN ({ints}) OR ({tt} LIKE 'DECIMAL(%,0)'))"
+    is_num = f"({tv} IN ({ints}, 'FLOAT', 'DOUBLE') OR {tv} LIKE 'DECIMAL(%')"
+    finite = "(NOT isnan({x}) AND abs({x}) <> double('infinity'))"
+    # The fast path on the texts: only a JSON string's text starts with a quote, and a key
+    # lookup on anything but an object is NULL, so that proves the value is a JSON object too.
+    # Only an integer's text reads as a bigint (a LONG, or a DECIMAL of scale 0 like ``12.0``,
+    # which the slow path accepts as well, with the same bigint; a DOUBLE's text always has a
+    # point, which the read refuses). Any JSON number's text reads as a double (one beyond its
+    # range as an infinity, which the finite test sends on) and no other text does (a string's
+    # is in quotes; ``true`` and ``null`` do not read): a NULL fails the test.
+    fast = f"startswith(_kj, '\"') AND _tq >= 0 AND _tq < {_MAX_TS}"
     value_checks = ""
     if value_required:
-        fast += f" AND {is_num} AND {finite}"
+        fast += f" AND {finite.format(x='_vq')}"
         value_checks = f"""
-        WHEN _tv IS NULL THEN concat('missing field ', {vq})
-        WHEN _tv = 'VOID' THEN concat('field ', {vq}, ' is null')
-        WHEN NOT {is_num} THEN concat('field ', {vq}, ' must be a number, got ', _tv)
-        WHEN _val IS NULL OR NOT {finite} THEN concat('field ', {vq}, ' is not a finite number')"""
-    # CASE evaluates a branch only when the earlier ones failed: the whole-value schema and the
-    # decimal range check below run for rejected (and rare odd-but-valid) records only.
+        WHEN _vv IS NULL THEN concat('missing field ', {vq})
+        WHEN {tv} = 'VOID' THEN concat('field ', {vq}, ' is null')
+        WHEN NOT {is_num} THEN concat('field ', {vq}, ' must be a number, got ', {tv})
+        WHEN _val IS NULL OR NOT {finite.format(x='_val')}
+          THEN concat('field ', {vq}, ' is not a finite number')"""
+    # CASE evaluates a branch only when the earlier ones failed: the schemas, the whole-value
+    # schema and the decimal range check below run for rejected (and rare odd-but-valid)
+    # records only.
     reason = f"""CASE
         WHEN {fast} THEN NULL
         WHEN raw_value IS NULL OR trim(raw_value) = '' THEN 'empty value'
         WHEN _v IS NULL THEN 'invalid JSON'
-        WHEN _tk IS NULL AND schema_of_variant(_v) NOT LIKE 'OBJECT%' THEN concat(
+        WHEN _kv IS NULL AND schema_of_variant(_v) NOT LIKE 'OBJECT%' THEN concat(
              'value is a JSON ', lower(regexp_extract(schema_of_variant(_v), '^([A-Z]+)', 1)),
              ', expected an object')
-        WHEN _tk IS NULL THEN concat('missing field ', {kq})
-        WHEN _tk = 'VOID' THEN concat('field ', {kq}, ' is null')
-        WHEN _tk <> 'STRING' THEN concat('field ', {kq}, ' must be a string, got ', _tk)
-        WHEN _tt IS NULL THEN concat('missing field ', {tq})
-        WHEN _tt = 'VOID' THEN concat('field ', {tq}, ' is null')
-        WHEN NOT {is_int} THEN concat('field ', {tq}, ' must be an integer (epoch ms), got ', _tt)
+        WHEN _kv IS NULL THEN concat('missing field ', {kq})
+        WHEN {tk} = 'VOID' THEN concat('field ', {kq}, ' is null')
+        WHEN {tk} <> 'STRING' THEN concat('field ', {kq}, ' must be a string, got ', {tk})
+        WHEN _tv_ IS NULL THEN concat('missing field ', {tq})
+        WHEN {tt} = 'VOID' THEN concat('field ', {tq}, ' is null')
+        WHEN NOT {is_int} THEN concat('field ', {tq}, ' must be an integer (epoch ms), got ', {tt})
         WHEN {ts_dec} IS NULL OR {ts_dec} < 0 OR {ts_dec} >= {_MAX_TS}
           THEN concat('field ', {tq}, ' is out of range [0, 2^53): ',
                       variant_get(_v, {tp}, 'string'))

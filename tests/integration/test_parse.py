@@ -106,6 +106,15 @@ DEFAULT_CASES: dict[str, tuple[bytes | None, Expected]] = {
                     _bad("field 'value' is not a finite number")),
     "value -1e400": (b'{"key":"a","ts":1,"value":-1e400}',
                      _bad("field 'value' is not a finite number")),
+    # The fast path tests the fields' JSON texts: texts that read as numbers but are not
+    # accepted ones must take the slow path and get its reason.
+    "ts 50e-1 (a DOUBLE, text 5.0)": (b'{"key":"a","ts":50e-1,"value":1}', _bad(TS_INT + "DOUBLE")),
+    "ts -0": (b'{"key":"a","ts":-0,"value":1}', _ok("a", 0, 1.0)),
+    "ts 2^63-1": (_rec(ts=2**63 - 1), _bad(TS_RANGE + "9223372036854775807")),
+    "string value NaN": (_rec(value="NaN"), _bad("field 'value' must be a number, got STRING")),
+    "string value Infinity": (_rec(value="Infinity"),
+                              _bad("field 'value' must be a number, got STRING")),
+    "good key with a quote": (_rec(key='a"b'), _ok('a"b', 1, 1.5)),
     "first failing field wins": (_rec(key=1, ts="x", value=...),
                                  _bad("field 'key' must be a string, got BIGINT")),
 }
