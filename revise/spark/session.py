@@ -23,7 +23,7 @@ from revise.errors import ConfigError
 from revise.infra import cds
 from revise.infra.jars import classpath
 from revise.infra.procs import append_options, jvm_options
-from revise.infra.pyfiles import ship_to_executors
+from revise.infra.pyfiles import is_local_master, ship_to_executors
 from revise.redact import spark_redaction_conf
 
 if TYPE_CHECKING:
@@ -185,6 +185,9 @@ def spark_session(
         # spark.redaction.regex can only be set before the session starts.
         **spark_redaction_conf(),
     }
+    if master is not None and is_local_master(master):
+        # Workers forked with their modules already imported (revise.spark.pydaemon).
+        conf["spark.python.daemon.module"] = "revise.spark.pydaemon"
     conf.update(extra_conf or {})
     _add_jvm_options(conf)
     builder = SparkSession.builder.appName(app_name)

@@ -8,8 +8,11 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pyspark
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -222,3 +225,40 @@ def test_the_spark_driver_jvm_maps_the_class_archive(spark) -> None:  # type: ig
     assert archive.is_file(), "no class archive: run python -m revise.infra.cds (make install)"
     pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     assert str(archive) in Path(f"/proc/{pid}/maps").read_text()
+
+
+
+
+@pytest.mark.spark
+def test_local_python_workers_are_forked_by_revises_daemon(spark) -> None:  # type: ignore[no-untyped-def]
+    """revise.spark.pydaemon forks a local master's workers, importing the installed pyspark.
+
+    Not from Spark's archives (pyspark.zip, py4j's, the spark-core jar, all inside the
+    installed package here), which every worker's first task would read again
+    (``importlib.invalidate_caches``).
+    """
+    installed = str(Path(pyspark.__file__).parent)
+
+    def facts(rows: Iterator[Any]) -> Iterator[Any]:  # runs in the worker, pickled by value
+        import os as w_os
+        import sys as w_sys
+        from pathlib import Path as WPath
+
+        import pandas as pd
+        import pyspark as w_pyspark
+
+        for _ in rows:
+            parent = WPath(f"/proc/{w_os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ")
+            yield pd.DataFrame({
+                "parent": [parent.decode()],
+                "pyspark": [w_pyspark.__file__],
+                "archives": [sum(p.startswith(installed + w_os.sep) for p in w_sys.path)],
+            })
+
+    rows = (spark.range(2, numPartitions=2)
+            .mapInPandas(facts, "parent string, pyspark string, archives int").collect())
+    assert len(rows) == 2
+    for row in rows:
+        assert "-m revise.spark.pydaemon pyspark.worker" in row.parent
+        assert row.pyspark == pyspark.__file__
+        assert row.archives == 0
