@@ -3,11 +3,11 @@
 On a local master (this machine's executors) Spark starts one daemon (``python -m
 pyspark.daemon``) that forks a Python worker per task slot; each new worker then imports
 pandas, pyarrow, PySpark's worker and revise's operator itself, about 1.4 s of CPU a worker
-here, on the path of the first micro-batch (the driver's pre-init worker of
-``transformWithStateInPandas`` does it too, while the executors wait). Spark runs this module
-instead (``spark.python.daemon.module``, :func:`revise.spark.session.spark_session`): it
-imports them (:data:`PRELOAD`) and then runs PySpark's own daemon, whose forked workers find
-them already imported.
+here, in the first micro-batch. Spark runs this module instead (``spark.python.daemon.module``,
+:func:`revise.spark.session.spark_session`): it imports them (:data:`PRELOAD`) and then runs
+PySpark's own daemon, whose forked workers find them already imported. (The driver-side
+pre-init process of ``transformWithStateInPandas`` is started by Spark on its own, without a
+daemon: it still imports what it needs.)
 
 PySpark imports them after the fork because a process must not fork while other threads run
 (a lock one of them holds stays locked in the child), and numpy (OpenBLAS) and pyarrow
@@ -99,9 +99,13 @@ def preload() -> bool:
 
 
 def main() -> None:
-    """Preload, then run PySpark's daemon here, or exec it when a thread was started."""
+    """Preload, then run PySpark's daemon here, or exec it when a thread was started.
+
+    The exec'd daemon gets the environment this process was started with.
+    """
+    env = dict(os.environ)
     if not preload():
-        os.execv(sys.executable, [sys.executable, "-m", "pyspark.daemon", *sys.argv[1:]])
+        os.execve(sys.executable, [sys.executable, "-m", "pyspark.daemon", *sys.argv[1:]], env)
     from pyspark import daemon
 
     daemon.manager()

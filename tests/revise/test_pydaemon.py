@@ -71,15 +71,17 @@ def test_a_spark_distribution_keeps_its_archives(tmp_path: Path) -> None:
     assert _python(code, SPARK_HOME=str(home), PYTHONPATH=str(archive)) == f"False {archive}"
 
 
-def _daemon_command_line(**env: str) -> str:
-    """Start the daemon as Spark does; its command line once it listens (the port is out)."""
+def _daemon(**env: str) -> tuple[str, dict[str, str]]:
+    """Start the daemon as Spark does; its command line and environment once it listens."""
     proc = subprocess.Popen([sys.executable, "-m", "revise.spark.pydaemon", "pyspark.worker"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_env(**env))
     try:
         assert proc.stdout is not None
         port = struct.unpack("!i", proc.stdout.read(4))[0]
         assert port > 0
-        return Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        line = Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        environ = Path(f"/proc/{proc.pid}/environ").read_bytes().decode().split("\0")
+        return line, dict(e.split("=", 1) for e in environ if "=" in e)
     finally:
         assert proc.stdin is not None
         proc.stdin.close()  # the daemon stops when its input closes
@@ -92,10 +94,14 @@ def _daemon_command_line(**env: str) -> str:
 
 
 def test_the_daemon_listens_as_itself_when_single_threaded() -> None:
-    assert "-m revise.spark.pydaemon pyspark.worker" in _daemon_command_line()
+    line, _ = _daemon()
+    assert "-m revise.spark.pydaemon pyspark.worker" in line
 
 
 def test_the_daemon_becomes_pysparks_own_when_a_thread_runs() -> None:
-    line = _daemon_command_line(OPENBLAS_NUM_THREADS="2")
+    line, environ = _daemon(OPENBLAS_NUM_THREADS="2")
     assert "-m pyspark.daemon pyspark.worker" in line
     assert "revise.spark.pydaemon" not in line
+    # PySpark's daemon runs with the environment it was given, not the preload's settings.
+    assert environ["OPENBLAS_NUM_THREADS"] == "2"
+    assert not {"OMP_NUM_THREADS", "JE_ARROW_MALLOC_CONF"} & environ.keys()
