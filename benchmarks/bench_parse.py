@@ -55,10 +55,7 @@ def _frame(spark: Any, records: int, bad: float) -> Any:
 
 def _same(first: Any, second: Any) -> bool:
     """Whether two classified frames hold the same rows (NaN equal to NaN)."""
-    cols = first.columns
-    a = first.selectExpr(*cols).exceptAll(second.selectExpr(*cols))
-    b = second.selectExpr(*cols).exceptAll(first.selectExpr(*cols))
-    return a.isEmpty() and b.isEmpty()
+    return first.exceptAll(second).isEmpty() and second.exceptAll(first).isEmpty()
 
 
 def main(argv: list[str] | None = None) -> int:
