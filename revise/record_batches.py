@@ -164,8 +164,8 @@ class RevisionBatch:
         for field in schema:
             name = field.name
             if name in ("query_id", "mode"):
-                arrays.append(pa.array(np.full(n, getattr(self, name), dtype=object),
-                                       type=field.type))
+                # One value repeated: no Python object per row (a third of the call's time).
+                arrays.append(pa.repeat(pa.scalar(getattr(self, name), field.type), n))
                 continue
             col = self.extra[name] if name in self.extra else getattr(self, name)
             if name in AGG_FIELDS or name in PREV_FIELDS or name in self.extra:

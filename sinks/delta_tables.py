@@ -654,7 +654,8 @@ def _app_id(query_id: str) -> str:
 def _add_query_id(table: pa.Table, query_id: str) -> pa.Table:
     if "query_id" in table.column_names:
         return table
-    return table.add_column(0, "query_id", pa.array([query_id] * table.num_rows, pa.string()))
+    return table.add_column(0, "query_id",
+                            pa.repeat(pa.scalar(query_id, pa.string()), table.num_rows))
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
