@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Final, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -83,10 +84,12 @@ def _needs_escape(col: pa.Array) -> bool:
     return bool(_ESCAPED[text].any())
 
 
-def _json_strings(col: pa.Array) -> _Literals:
+def _json_strings(col: pa.Array, floats: list[_Rendered] | None = None) -> _Literals:
     """Render one Arrow column as JSON literals (nulls as ``null``).
 
-    A column whose rows are all one value (the query id, the batch id…) is rendered once.
+    A column whose rows are all one value (the query id, the batch id…) is rendered once. A
+    floating-point column reuses the text of the rows it shares with a column already rendered
+    in ``floats`` (:func:`_json_doubles`), and is added to it.
     """
     t = col.type
     if pa.types.is_dictionary(t):
@@ -107,24 +110,79 @@ def _json_strings(col: pa.Array) -> _Literals:
     elif pa.types.is_boolean(t) or pa.types.is_integer(t):
         out = col.cast(pa.string())
     elif pa.types.is_floating(t):
-        col = col.cast(pa.float64())
-        out = col.cast(pa.string())  # shortest round-trip form
-        # 3 → 3.0 so JSON readers keep the double type, for the integral values only (rare
-        # in aggregates of real-valued data); 1e+20 already reads as a double.
-        integral = pc.fill_null(pc.equal(pc.floor(col), col), False)
-        if pc.any(integral).as_py():
-            text = pc.filter(out, integral)
-            text = pc.if_else(pc.match_substring_regex(text, _INT_TEXT),
-                              pc.binary_join_element_wise(text, ".0", ""), text)
-            out = pc.replace_with_mask(out, integral, text)
-        # NaN/±inf have no JSON form → null.
-        finite = pc.is_finite(col)
-        if not pc.all(finite).as_py():
-            out = pc.if_else(finite, out, pa.scalar(None, pa.string()))
+        out = _json_doubles(col.cast(pa.float64()), [] if floats is None else floats)
     else:  # rare types: one orjson call per value
         literals = [orjson.dumps(v).decode() for v in col.to_pylist()]
         out = pa.array(literals, pa.string())
     return pc.fill_null(out, "null")
+
+
+_Rendered: TypeAlias = "tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], pa.Array]"
+"""A float64 column already rendered: its values' bits, its validity, its JSON literals."""
+
+_MIN_SHARED: Final = 0.1
+"""Reuse another column's text when at least this share of the rows hold the same double."""
+
+
+def _json_doubles(col: pa.Array, rendered: list[_Rendered]) -> pa.Array:
+    """A float64 column's JSON literals (nulls as null), reusing ``rendered`` columns' text.
+
+    Formatting doubles is the costliest part of encoding revisions, and their columns repeat
+    each other row by row: ``prev_sum`` is ``sum`` on every FINAL that closed an unchanged
+    window, ``min``, ``max`` and ``mean`` are ``sum`` for a window of one record. The text of a
+    double depends only on its bits, so rows whose bits equal those of the earlier column that
+    shares the most rows take that column's text, and only the others are formatted. The
+    column is then added to ``rendered``.
+
+    Trace: ``sum`` [1.5, 2.0] rendered ``1.5``, ``2.0``; ``prev_sum`` [1.5, 3.0] → row 0 takes
+    ``1.5``, row 1 alone is formatted → ``3.0``.
+    """
+    bits = _double_bits(col)
+    valid = np.ones(len(col), dtype=bool) if not col.null_count else (
+        col.is_valid().to_numpy(zero_copy_only=False))
+    best: tuple[int, npt.NDArray[np.bool_], pa.Array] | None = None
+    for other_bits, other_valid, other_text in rendered:
+        same = (bits == other_bits) & valid & other_valid
+        shared = int(np.count_nonzero(same))
+        if best is None or shared > best[0]:
+            best = (shared, same, other_text)
+    if best is None or best[0] < _MIN_SHARED * len(col):
+        out = _format_doubles(col)
+    else:
+        _shared, same, text = best
+        todo = valid & ~same
+        out = pc.if_else(pa.array(same), text, pa.scalar(None, pa.string()))
+        if todo.any():
+            out = pc.replace_with_mask(out, pa.array(todo),
+                                       _format_doubles(col.filter(pa.array(todo))))
+    rendered.append((bits, valid, out))
+    return out
+
+
+def _double_bits(col: pa.Array) -> npt.NDArray[np.int64]:
+    """The 64 bits of each double of a float64 column (null rows: whatever they hold)."""
+    data = col.buffers()[1]
+    if data is None:
+        return np.zeros(len(col), dtype=np.int64)
+    return np.frombuffer(data, dtype=np.int64)[col.offset:col.offset + len(col)]
+
+
+def _format_doubles(col: pa.Array) -> pa.Array:
+    """Each double's shortest round-trip text, ``3.0`` for an integral 3, null for NaN/±inf."""
+    out = col.cast(pa.string())
+    # 3 → 3.0 so JSON readers keep the double type, for the integral values only (rare in
+    # aggregates of real-valued data); 1e+20 already reads as a double.
+    integral = pc.fill_null(pc.equal(pc.floor(col), col), False)
+    if pc.any(integral).as_py():
+        text = pc.filter(out, integral)
+        text = pc.if_else(pc.match_substring_regex(text, _INT_TEXT),
+                          pc.binary_join_element_wise(text, ".0", ""), text)
+        out = pc.replace_with_mask(out, integral, text)
+    # NaN/±inf have no JSON form → null.
+    finite = pc.is_finite(col)
+    if not pc.all(finite).as_py():
+        out = pc.if_else(finite, out, pa.scalar(None, pa.string()))
+    return out
 
 
 def _json_objects(
@@ -137,12 +195,13 @@ def _json_objects(
     the row-wise join has fewer parts.
     """
     parts: list[_Literals] = []
+    floats: list[_Rendered] = []  # this call's double columns, whose text later ones reuse
     text = ""  # literal text not yet added to ``parts``
     for i, name in enumerate(names):
         text += ("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":"
         lit = cache.get(name) if cache is not None else None
         if lit is None:
-            lit = _json_strings(table.column(name).combine_chunks())
+            lit = _json_strings(table.column(name).combine_chunks(), floats)
             if cache is not None:
                 cache[name] = lit
         if isinstance(lit, str):
