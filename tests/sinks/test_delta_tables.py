@@ -312,7 +312,7 @@ def test_highest_per_window_matches_a_plain_reference(rows):
             best[window] = (rev, i)
     want = [(*w, *best[w]) for w in sorted(best)]  # Python's str order: code points, as UTF-8
     got = highest_per_window(table)
-    assert list(zip(*(got.column(c).to_pylist() for c in (
+    assert sorted(zip(*(got.column(c).to_pylist() for c in (
         "query_id", "key", "window_start_ms", "window_end_ms", "revision", "emitted_at_ms")),
         strict=True)) == want
 
