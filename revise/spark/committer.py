@@ -163,6 +163,9 @@ class BatchCommitter:
                       if cfg.overlap_commit else None)
         self._pending: Future[None] | None = None
         self.sinks_lock = threading.Lock()
+        self.returned = threading.Event()
+        """Set each time a call returns (or raises): Spark records the batch next, and the
+        driver's watch loop wakes to see it (:class:`revise.spark.watch.JobDriver`)."""
         """Held while steps 2-3 write; the driver's staged Delta commits between batches too."""
 
     def _crash(self, point: str, batch_id: int) -> None:
@@ -242,6 +245,8 @@ class BatchCommitter:
         except BaseException as exc:
             self.error = exc
             raise
+        finally:
+            self.returned.set()
         # 4. return → Spark commits the batch
 
     def wait(self) -> None:

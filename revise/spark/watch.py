@@ -31,7 +31,7 @@ from sinks.kafka import ProducerFencedError
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["HISTORY_RETRY_S", "JobDriver", "ProgressCallback"]
+__all__ = ["HISTORY_RETRY_S", "POLL_S", "REPORT_WAIT_S", "JobDriver", "ProgressCallback"]
 
 log = logging.getLogger("revise.job")
 
@@ -39,6 +39,10 @@ ProgressCallback = Callable[[dict[str, Any]], None]
 
 HISTORY_RETRY_S = 10.0
 """Seconds before the watch loop retries a failed commit of staged Delta history batches."""
+POLL_S = 0.2
+"""The watch loop's interval when no micro-batch ends (stop requests, timeouts, failures)."""
+REPORT_WAIT_S = 0.5
+"""How long the watch loop polls for the report of a batch whose sink returned."""
 
 
 @dataclass(slots=True)
@@ -85,7 +89,10 @@ class JobDriver:
         self._history_retry_at = 0.0
 
     def run(self) -> None:
-        """Poll the query every 0.2 s until it ends, fails, is stopped or times out.
+        """Poll the query until it ends, fails, is stopped or times out.
+
+        It polls every :data:`POLL_S`, and as soon as a micro-batch's sink returns
+        (:meth:`_wait`).
 
         Raises:
             ProducerFencedError: Another instance with the same query id took over.
@@ -112,7 +119,28 @@ class JobDriver:
                 self._absorb()
                 return
             self._commit_due_history()
-            time.sleep(0.2)
+            self._wait(POLL_S)
+
+    def _wait(self, timeout_s: float) -> None:
+        """Sleep ``timeout_s``, or less: until a micro-batch's sink returned and Spark reported it.
+
+        Spark writes the batch's commit log and its progress report a few milliseconds after
+        the sink (the committer) returns; polling only every ``timeout_s`` would see them up to
+        that late. A bounded run's end waits on two such reports (the input read, then the
+        close-all read), so waking on the committer's return, then polling every 10 ms until
+        the report is there (at most :data:`REPORT_WAIT_S`), ends it ~0.2 s sooner.
+        """
+        returned = self.committer.returned
+        if not returned.wait(timeout_s):
+            return
+        returned.clear()
+        deadline = time.monotonic() + REPORT_WAIT_S
+        while time.monotonic() < deadline and self.query.isActive:
+            last = self.query.lastProgress
+            batch_id = last.get("batchId") if last is not None else None
+            if batch_id is not None and batch_id > self.last_batch_id:
+                return
+            time.sleep(0.01)
 
     def _commit_due_history(self) -> None:
         """Commit the Delta history batches whose interval has passed with no batch after them.
@@ -137,9 +165,10 @@ class JobDriver:
     def _absorb(self) -> None:
         """Account the progress reports of batches not seen yet.
 
-        Polled every 200 ms: ``lastProgress`` is one report over py4j; ``recentProgress`` (up to
-        100, each re-parsed from JSON) is read only when more than one batch finished since the
-        last poll, so an idle or steady driver does not parse 500 reports a second.
+        Polled every :data:`POLL_S` and after each batch: ``lastProgress`` is one report over
+        py4j; ``recentProgress`` (up to 100, each re-parsed from JSON) is read only when more
+        than one batch finished since the last poll, so an idle or steady driver does not parse
+        500 reports a second.
         """
         last = self.query.lastProgress
         if last is None or last.get("batchId") is None or last["batchId"] <= self.last_batch_id:
