@@ -436,25 +436,30 @@ class DeltaTables:
 
         Returns the seconds of the MERGEs not yet reported by :meth:`write_batch` (0.0: none).
 
-        First appends the staged history rows (:class:`~sinks.history_stage.HistoryStage`),
+        Meanwhile it appends the staged history rows (:class:`~sinks.history_stage.HistoryStage`)
         and waits for a running history compaction
-        (:class:`~sinks.delta_layout.HistoryCompactor`), whose failure is never raised.
+        (:class:`~sinks.delta_layout.HistoryCompactor`), whose failure is never raised: the last
+        MERGE starts first and runs beside them (nothing orders ``latest`` after the history;
+        a restart commits staged rows, then catches ``latest`` up).
 
         Raises:
             DeltaWriteError: the staged appends (they stay staged for the next start's
                 :meth:`recover_history`) or a MERGE (:meth:`catch_up_latest` redoes it)
                 failed, unless ``raise_error`` is false.
         """
+        self._merger.hurry()
+        history_error: DeltaWriteError | None = None
         try:
             with self._history_lock:
                 if self._stage is not None:
                     self._add_unbatched(self._commit_staged())
-        except DeltaWriteError:
-            if raise_error:
-                raise
+        except DeltaWriteError as exc:
+            history_error = exc
         self._history.wait()
-        with self._merge_errors():
-            self._merger.flush(raise_error=raise_error)
+        with self._merge_errors():  # the history's error, if any, is the one raised
+            self._merger.flush(raise_error=raise_error and history_error is None)
+        if history_error is not None and raise_error:
+            raise history_error
         return self._merger.take_seconds()
 
     def catch_up_latest(self, query_id: str) -> int:

@@ -144,6 +144,16 @@ class LatestMerger:
             self._cond.notify_all()
         return time.perf_counter() - t0
 
+    def hurry(self) -> None:
+        """Merge the backlog now, without waiting: :meth:`flush` then waits for it.
+
+        The caller does other work meanwhile (the end of a run commits the staged history
+        beside the last MERGE).
+        """
+        with self._cond:
+            self._flushing = True
+            self._cond.notify_all()
+
     def flush(self, *, raise_error: bool = True) -> None:
         """Merge the backlog now and wait for it (and for a running MERGE).
 

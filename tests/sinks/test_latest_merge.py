@@ -45,6 +45,23 @@ def rows(batch_id: int, n: int = 1) -> pa.Table:
     return pa.table({"batch_id": pa.array([batch_id] * n, pa.int64())})
 
 
+def test_hurry_merges_a_resting_backlog_without_waiting_and_flush_waits_for_it():
+    """The end of a run: the last MERGE starts, the caller commits the history meanwhile."""
+    merge = Recorder()
+    merger = LatestMerger(merge, rest_ratio=NEVER)
+    merger.submit("revise-q", 0, rows(0))
+    merger.flush()  # now it rests (practically for ever)
+    merger.submit("revise-q", 1, rows(1))
+    merge.started.clear()
+    merge.release.clear()  # the MERGE of batch 1 holds until released
+    merger.hurry()  # returns while that MERGE runs
+    assert merge.started.wait(30)
+    assert merge.calls == [("revise-q", 0, [0])]
+    merge.release.set()
+    merger.flush()
+    assert merge.calls == [("revise-q", 0, [0]), ("revise-q", 1, [1])]
+
+
 def test_batches_that_arrive_while_it_rests_are_merged_together_tagged_with_the_last():
     merge = Recorder()
     merger = LatestMerger(merge, rest_ratio=NEVER)
