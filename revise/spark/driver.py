@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -147,7 +148,9 @@ def run_job(
     Args:
         cfg: The job's configuration.
         spark: A session to use; when None, the project's session is started after the
-            preflight (so configuration errors come before Spark's start-up).
+            preflight (so configuration errors come before Spark's start-up). With a session,
+            the preflight and the sinks' start run beside the query's definition (its
+            analysis in the JVM takes seconds when cold).
         master: The Spark master of that session (None: local, or spark-submit's).
         stop_event: Set it to stop cleanly (the CLI sets it on SIGINT/SIGTERM).
         on_progress: Called with each new Spark progress report (a dict).
@@ -165,36 +168,29 @@ def run_job(
     # An unbounded run's driver takes its heap at start (flat memory for days, issue 11); a
     # bad size in the environment is a configuration error, raised before anything is created.
     driver_conf = None if spark is not None or cfg.once else long_run_conf()
-    preflight(cfg)
-    kafka = cfg.kafka_settings
-    try:  # before Spark starts: tables of another --aggs list are a configuration error
-        tables = DeltaTables(cfg.delta_path, revision_schema=cfg.revision_schema,
-                             stage=_history_stage(cfg),
-                             latest_min_rest_s=cfg.delta_commit_interval_ms / 1000,
-                             log_retention_ms=cfg.delta_log_retention_ms).ensure()
-    except DeltaSchemaError as exc:
-        raise ConfigError(str(exc)) from None
-    note = retention_note(cfg, tables.longest_log_retention_ms)
-    if note:
-        log.info(note)
     # The transactional producer's open (init_transactions, reading the progress topic: ~0.7 s)
     # runs while Spark starts and analyses the query (seconds): neither needs the other.
-    with ThreadPoolExecutor(1, thread_name_prefix="revise-open") as pool:
-        opening = pool.submit(_changelog(cfg).open)
+    with ThreadPoolExecutor(2, thread_name_prefix="revise-open") as pool:
+        preparing: Future[_Prepared] | None = None
+        prepared: _Prepared | None = None
         try:
-            ends = (end_offsets(cfg.bootstrap_servers, cfg.input_topic,
-                                client_config=kafka.consumer_conf()) if cfg.once else None)
-            _recover_history(tables, cfg.query_id)
-            _catch_up_latest(tables, cfg.query_id)
-            spark = spark or spark_session(f"revise-{cfg.query_id}", master=master,
-                                           extra_conf=driver_conf)
+            if spark is None:  # Kafka, the checkpoint and Delta checked before Spark starts
+                prepared = _prepare(cfg, pool)
+                spark = spark_session(f"revise-{cfg.query_id}", master=master,
+                                      extra_conf=driver_conf)
+            else:  # a session is up: define the query while they are checked
+                preparing = pool.submit(_prepare, cfg, pool)
             control_dir = str(Path(cfg.checkpoint) / "control")
             Path(control_dir).mkdir(parents=True, exist_ok=True)
             stream = build_stream(spark, cfg, control_dir)  # the shuffle is planned at start
-            changelog = opening.result()  # this instance's producer has fenced older ones
+            if preparing is not None:
+                prepared = preparing.result()
+            assert prepared is not None
+            tables, ends = prepared.tables, prepared.ends
+            changelog = prepared.opening.result()  # this producer has fenced older instances
             rewind_unfinished(cfg.checkpoint)  # a batch Spark recorded, the sinks did not
         except BaseException:
-            _close_once_open(opening)
+            _close_once_open(prepared, preparing)
             raise
     result = JobResult(cfg.query_id)
     committer = BatchCommitter(cfg, changelog, tables, result,
@@ -245,6 +241,50 @@ def run_job(
     return result
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What the start needs besides Spark: the Delta tables, the input's ends, the producer."""
+
+    tables: DeltaTables
+    ends: dict[int, int] | None
+    opening: Future[TransactionalChangelog]
+
+
+def _prepare(cfg: JobConfig, pool: ThreadPoolExecutor) -> _Prepared:
+    """The start's checks and sinks: preflight, the Delta tables, the producer's open on ``pool``.
+
+    Then the input's end offsets (a bounded run) and the recovery of what a crashed run left
+    staged or unmerged; the producer opens meanwhile, after the preflight (a run with a
+    configuration error fences no running instance).
+
+    Raises:
+        ConfigError: The preflight failed, or the Delta tables under the path have another
+            --aggs list's columns.
+    """
+    preflight(cfg)
+    kafka = cfg.kafka_settings
+    try:
+        tables = DeltaTables(cfg.delta_path, revision_schema=cfg.revision_schema,
+                             stage=_history_stage(cfg),
+                             latest_min_rest_s=cfg.delta_commit_interval_ms / 1000,
+                             log_retention_ms=cfg.delta_log_retention_ms).ensure()
+    except DeltaSchemaError as exc:
+        raise ConfigError(str(exc)) from None
+    note = retention_note(cfg, tables.longest_log_retention_ms)
+    if note:
+        log.info(note)
+    opening = pool.submit(_changelog(cfg).open)
+    try:
+        ends = (end_offsets(cfg.bootstrap_servers, cfg.input_topic,
+                            client_config=kafka.consumer_conf()) if cfg.once else None)
+        _recover_history(tables, cfg.query_id)
+        _catch_up_latest(tables, cfg.query_id)
+    except BaseException:
+        _close_once_open(_Prepared(tables, None, opening), None)
+        raise
+    return _Prepared(tables, ends, opening)
+
+
 def _changelog(cfg: JobConfig) -> TransactionalChangelog:
     kafka = cfg.kafka_settings
     return TransactionalChangelog(ChangelogConfig(
@@ -286,9 +326,17 @@ def _catch_up_latest(tables: DeltaTables, query_id: str) -> None:
                     merged)
 
 
-def _close_once_open(opening: Future[TransactionalChangelog]) -> None:
-    """Release the producer of an open that ran beside a start-up step that failed."""
+def _close_once_open(prepared: _Prepared | None,
+                     preparing: Future[_Prepared] | None) -> None:
+    """Release the producer of a start that failed, once its open (and preparation) ended."""
+    if prepared is None and preparing is not None:
+        try:
+            prepared = preparing.result()
+        except BaseException:  # noqa: BLE001 - it closed its own producer; the start's error wins
+            return
+    if prepared is None:
+        return
     try:
-        opening.result().close()
+        prepared.opening.result().close()
     except Exception:  # noqa: BLE001 - the start-up step's error is the one to raise
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from integration_support import REPO, check_run
@@ -66,6 +67,21 @@ def test_cli_rejects_a_window_without_unit(job_setup):
     assert proc.returncode == 2, proc.stderr
     assert '--window "tumbling:10" has no unit' in proc.stderr
     assert "tumbling:10s" in proc.stderr  # says how to fix it
+
+
+def test_run_job_on_a_session_rejects_a_missing_input_topic_and_starts_no_query(
+        spark, job_setup, unique_id):
+    """With a session, the preflight runs beside the query's definition: its error still wins,
+    and no query, producer or Delta table is left behind."""
+    from revise.errors import ConfigError
+
+    setup = job_setup("session-missing")
+    setup.input_topic = unique_id("no-such-topic")
+    active = {q.id for q in spark.streams.active}
+    with pytest.raises(ConfigError, match="does not exist"):
+        run_job(setup.job_config(), spark=spark, timeout_s=120)
+    assert {q.id for q in spark.streams.active} == active
+    assert not (Path(setup.delta_path) / "latest").exists()
 
 
 def test_cli_rejects_a_missing_input_topic(job_setup, unique_id):
