@@ -163,10 +163,10 @@ class BatchCommitter:
                       if cfg.overlap_commit else None)
         self._pending: Future[None] | None = None
         self.sinks_lock = threading.Lock()
+        """Held while steps 2-3 write; the driver's staged Delta commits between batches too."""
         self.returned = threading.Event()
         """Set each time a call returns (or raises): Spark records the batch next, and the
         driver's watch loop wakes to see it (:class:`revise.spark.watch.JobDriver`)."""
-        """Held while steps 2-3 write; the driver's staged Delta commits between batches too."""
 
     def _crash(self, point: str, batch_id: int) -> None:
         if self.crash_hook is not None:
