@@ -160,9 +160,8 @@ class LatestMerger:
         Raises:
             MergeFailed: a MERGE failed, unless ``raise_error`` is false.
         """
+        self.hurry()
         with self._cond:
-            self._flushing = True
-            self._cond.notify_all()
             while (self._pending or self._running) and self._error is None:
                 self._cond.wait()
             self._flushing = False
