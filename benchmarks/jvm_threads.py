@@ -25,7 +25,9 @@ __all__ = ["GROUPS", "JvmThreadCpu", "group_of"]
 GROUPS: Final = (
     ("jit", re.compile(r"^C\d CompilerThre")),
     ("gc", re.compile(r"^(GC Thread|G1 |VM Thread)")),
-    ("tasks", re.compile(r"^Executor task l")),
+    # Spark 4.2's task threads are "Executor task launch worker-N" in Java, but Linux keeps
+    # the name they started with: "Executor task i…".
+    ("tasks", re.compile(r"^Executor task ")),
     ("state_server", re.compile(r"^stateConnection")),
     ("stream", re.compile(r"^stream executio")),
 )

@@ -174,9 +174,9 @@ def test_jvm_thread_cpu_sums_each_group_of_thread_names():
     from benchmarks.jvm_threads import JvmThreadCpu, group_of
 
     names = ("C1 CompilerThre", "GC Thread#3", "G1 Conc#0", "Executor task l",
-             "stateConnection", "stream executio", "Thread-12")
+             "Executor task i", "stateConnection", "stream executio", "Thread-12")
     assert [group_of(n) for n in names] == [
-        "jit", "gc", "gc", "tasks", "state_server", "stream", "other"]
+        "jit", "gc", "gc", "tasks", "tasks", "state_server", "stream", "other"]
     # A stand-in JVM: a Python child whose threads carry JVM thread names, and burn inside the
     # block (the 15-character names are what Linux keeps of the JVM's).
     child = None
