@@ -25,8 +25,8 @@ __all__ = ["GROUPS", "JvmThreadCpu", "group_of"]
 GROUPS: Final = (
     ("jit", re.compile(r"^C\d CompilerThre")),
     ("gc", re.compile(r"^(GC Thread|G1 |VM Thread)")),
-    # Spark 4.2's task threads are "Executor task launch worker-N" in Java, but Linux keeps
-    # the name they started with: "Executor task i…".
+    # Spark 4.2 renames a task thread "Executor task launch worker for task …" while it runs
+    # a task and "Executor task idle worker" between tasks; /proc shows whichever it is.
     ("tasks", re.compile(r"^Executor task ")),
     ("state_server", re.compile(r"^stateConnection")),
     ("stream", re.compile(r"^stream executio")),
