@@ -136,11 +136,16 @@ class JobDriver:
         returned.clear()
         deadline = time.monotonic() + REPORT_WAIT_S
         while time.monotonic() < deadline and self.query.isActive:
-            last = self.query.lastProgress
-            batch_id = last.get("batchId") if last is not None else None
-            if batch_id is not None and batch_id > self.last_batch_id:
+            if self._unseen_report() is not None:
                 return
             time.sleep(0.01)
+
+    def _unseen_report(self) -> dict[str, Any] | None:
+        """Spark's last progress report, if it is of a batch not accounted yet (else None)."""
+        last = self.query.lastProgress
+        if last is None or last.get("batchId") is None or last["batchId"] <= self.last_batch_id:
+            return None
+        return last
 
     def _commit_due_history(self) -> None:
         """Commit the Delta history batches whose interval has passed with no batch after them.
@@ -170,8 +175,8 @@ class JobDriver:
         than one batch finished since the last poll, so an idle or steady driver does not parse
         500 reports a second.
         """
-        last = self.query.lastProgress
-        if last is None or last.get("batchId") is None or last["batchId"] <= self.last_batch_id:
+        last = self._unseen_report()
+        if last is None:
             return
         news = [last] if last["batchId"] == self.last_batch_id + 1 else self.query.recentProgress
         for progress in news:
