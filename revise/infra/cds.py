@@ -54,13 +54,14 @@ def _fingerprint(paths: list[Path]) -> list[str]:
 
 
 def _key() -> str:
-    """A hash of what the archive depends on: the Java binary, pyspark's and revise's jars."""
+    """A hash of what the archive depends on: Java, and pyspark's, Maven's and revise's jars."""
     from revise.infra.spark_cluster import spark_home
 
     java_bin = Path(java()).resolve()
     parts = [*_fingerprint([java_bin]),
              *_fingerprint(sorted((spark_home() / "jars").glob("*.jar"))),
-             *_fingerprint(sorted((jvm_dir() / "spark").glob("*.jar")))]
+             *_fingerprint(sorted((jvm_dir() / "spark").glob("*.jar"))),
+             *_fingerprint(sorted((jvm_dir() / "revise").glob("*.jar")))]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

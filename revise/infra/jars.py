@@ -10,7 +10,14 @@ Each is described by a pom under ``revise/infra/poms/`` and copied with
 hash makes a second call free: nothing is downloaded unless the pom changed. Spark sessions get
 these local paths (``spark.jars``); nothing is downloaded at query time.
 
-Run ``python -m revise.infra.jars`` to resolve both (the Makefile's ``install`` does).
+A third artifact is revise's own: the Java classes under ``revise/infra/java/`` (the parse's
+accepted path, ``revise.jvm.FastParse``), compiled with ``javac`` against the installed
+pyspark's jars into ``<jvm dir>/revise/revise-jvm-<hash>.jar`` (:func:`revise_jar`). The name
+holds a hash of the sources, so changed sources give a new jar and a long-lived cluster never
+runs a stale copy; sessions ship it with the others (``spark.jars``).
+
+Run ``python -m revise.infra.jars`` to resolve both and build revise's jar (the Makefile's
+``install`` does).
 """
 
 from __future__ import annotations
@@ -20,12 +27,17 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import zipfile
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from revise.errors import InfraError, SetupError
+from revise.infra.procs import jdk_tool
 
-__all__ = ["JVM_CLASSPATHS", "classpath", "jvm_dir", "resolve", "resolve_all"]
+__all__ = ["JVM_CLASSPATHS", "build_revise_jar", "classpath", "jvm_dir", "resolve",
+           "resolve_all", "revise_jar"]
 
 JVM_CLASSPATHS = ("kafka", "spark")
 
@@ -112,12 +124,98 @@ def resolve_all(*, quiet: bool = True) -> dict[str, Path]:
     return {name: resolve(name, quiet=quiet) for name in JVM_CLASSPATHS}
 
 
+def _java_sources() -> list[tuple[str, bytes]]:
+    """The Java sources of revise: (path under ``java/``, content), sorted."""
+    root = resources.files("revise.infra").joinpath("java")
+    found: list[tuple[str, bytes]] = []
+
+    def walk(node: Traversable, prefix: str) -> None:
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            rel = f"{prefix}{child.name}"
+            if child.is_dir():
+                walk(child, rel + "/")
+            elif child.name.endswith(".java"):
+                found.append((rel, child.read_bytes()))
+
+    walk(root, "")
+    return found
+
+
+def _revise_jar_path() -> Path:
+    digest = hashlib.sha256()
+    for rel, content in _java_sources():
+        digest.update(rel.encode() + b"\0" + content + b"\0")
+    return jvm_dir() / "revise" / f"revise-jvm-{digest.hexdigest()[:16]}.jar"
+
+
+def _javac() -> str:
+    found = jdk_tool("javac")
+    if found is None:
+        msg = ("javac is not on PATH: revise compiles its parse's Java classes at install. "
+               "Install a JDK 17 (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME.")
+        raise SetupError(msg)
+    return found
+
+
+def build_revise_jar() -> Path:
+    """Compile revise's Java sources into their jar (nothing to do when it exists).
+
+    Raises:
+        SetupError: ``javac`` is missing.
+        InfraError: the sources do not compile against the installed pyspark's jars.
+    """
+    from revise.infra.spark_cluster import spark_home
+
+    target = _revise_jar_path()
+    if target.is_file():
+        return target
+    javac = _javac()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="revise-javac-") as tmp:
+        src, out = Path(tmp) / "src", Path(tmp) / "classes"
+        files = []
+        for rel, content in _java_sources():
+            path = src / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+            files.append(str(path))
+        cmd = [javac, "--release", "17", "-nowarn", "-encoding", "UTF-8",
+               "-cp", str(spark_home() / "jars" / "*"), "-d", str(out), *files]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+            msg = f"javac could not compile revise's Java sources (exit {proc.returncode}):\n{tail}"
+            raise InfraError(msg)
+        partial = target.with_suffix(".jar.partial")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: revise\n")
+            for cls in sorted(out.rglob("*.class")):
+                jar.write(cls, cls.relative_to(out).as_posix())
+        os.replace(partial, target)
+    for old in target.parent.glob("revise-jvm-*.jar"):
+        if old != target:
+            old.unlink(missing_ok=True)
+    return target
+
+
+def revise_jar() -> Path | None:
+    """The jar of revise's Java classes, built first if missing; None without ``javac``.
+
+    Without it, sessions lack the parse's Java path and every record takes the SQL path.
+    """
+    try:
+        return build_revise_jar()
+    except SetupError:
+        return None
+
+
 def main() -> int:
     """Entry point of ``python -m revise.infra.jars``."""
     try:
         for name, folder in resolve_all(quiet=True).items():
             n = len(list(folder.glob("*.jar")))
             print(f"{name}: {n} jars in {folder}")
+        print(f"revise: {build_revise_jar()}")
     except InfraError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

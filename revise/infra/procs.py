@@ -19,7 +19,7 @@ from pathlib import Path
 from revise.errors import ConfigError, InfraError, SetupError
 
 __all__ = ["JVM_OPTIONS_ENV", "append_options", "free_port", "group_alive", "java",
-           "jvm_options", "pid_alive", "port_free", "terminate"]
+           "jdk_tool", "jvm_options", "pid_alive", "port_free", "terminate"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -73,12 +73,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def jdk_tool(name: str) -> str | None:
+    """A JDK program (``java``, ``javac``): ``$JAVA_HOME/bin/<name>``, else PATH's; None."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / name).is_file():
+        return str(Path(home) / "bin" / name)
+    return shutil.which(name)
+
+
 def java() -> str:
     """The ``java`` executable: ``$JAVA_HOME/bin/java``, else the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").is_file():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
+    found = jdk_tool("java")
     if found is None:
         msg = (
             "Java is not installed or not on PATH; the embedded Kafka broker and Spark need "

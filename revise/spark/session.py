@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from revise.errors import ConfigError
 from revise.infra import cds
-from revise.infra.jars import classpath
+from revise.infra.jars import classpath, revise_jar
 from revise.infra.procs import append_options, jvm_options
 from revise.infra.pyfiles import is_local_master, ship_to_executors
 from revise.redact import spark_redaction_conf
@@ -144,7 +144,13 @@ def spark_session(
     if shuffle_partitions is None:
         local = master is not None and master.startswith("local")
         shuffle_partitions = max(2, 2 * (os.cpu_count() or 2)) if local else 64
-    jars = ",".join(str(p) for p in classpath("spark"))
+    # Maven's Kafka connector and Delta jars, and revise's own (the parse's accepted path in
+    # Java, revise.spark.parse): the driver ships them all to a cluster's executors.
+    own = revise_jar()
+    if own is None:
+        print("revise: no javac, so no revise jar: the input parse takes its slower SQL path "
+              "(install a JDK 17 and run `python -m revise.infra.jars`)", file=sys.stderr)
+    jars = ",".join(str(p) for p in [*classpath("spark"), *([own] if own else [])])
     conf = {
         "spark.jars": jars,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from revise.errors import InfraError
 from revise.infra import broker, jars
 from revise.infra.procs import jvm_options
 
@@ -51,6 +53,27 @@ def test_jars_resolved_once_and_quick() -> None:
     assert any(n.startswith("spark-sql-kafka-0-10_2.13-4.2.0") for n in names)
     assert any(n.startswith("delta-spark_4.2_2.13-") for n in names)
     assert any(n.startswith("kafka_2.13-4.") for n in (p.name for p in jars.classpath("kafka")))
+
+
+def test_revise_jar_compiled_once_and_named_by_its_sources(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("REVISE_JVM_DIR", str(tmp_path))
+    jar = jars.build_revise_jar()
+    assert jar.parent == tmp_path / "revise" and jar.name.startswith("revise-jvm-")
+    with zipfile.ZipFile(jar) as z:
+        assert "revise/jvm/FastParse.class" in z.namelist()
+    built = jar.stat().st_mtime_ns
+    assert jars.build_revise_jar() == jar and jar.stat().st_mtime_ns == built
+    # Changed sources: a new name (a cluster never keeps a stale copy), the old jar removed.
+    sources = jars._java_sources()
+    changed = [(rel, text + b"\n// changed\n") for rel, text in sources]
+    monkeypatch.setattr(jars, "_java_sources", lambda: changed)
+    again = jars.build_revise_jar()
+    assert again != jar and again.is_file() and not jar.exists()
+    # Sources that do not compile say why.
+    monkeypatch.setattr(jars, "_java_sources", lambda: [("revise/jvm/Bad.java", b"class {")])
+    with pytest.raises(InfraError, match="javac could not compile"):
+        jars.build_revise_jar()
 
 
 def test_broker_lifecycle_keeps_data(tmp_path: Path) -> None:

@@ -5,6 +5,10 @@ The rows are shaped like Spark's Kafka source (``value`` binary, ``topic``, ``pa
 was added and are frozen here, so the fast path cannot change any output. The exceptions are
 field names with a single quote or a backslash, which that implementation could not look up
 (a Spark error, resp. always "missing field"); their expectations follow the same rules.
+
+Each frozen case runs twice: with the accepted path in Java (``revise_fast_parse``) and
+without it. A generated corpus of well-formed, odd and broken records then pins that the Java
+path gives exactly what the SQL path alone gives.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from revise.spark.parse import classify, json_number, json_string
+from revise.spark.parse import FAST_PARSE_UDF, classify, json_number, json_string
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -169,14 +173,21 @@ GROUPS = {
 }
 
 
+def _uses_java_path(df: Any) -> bool:
+    return FAST_PARSE_UDF in df._jdf.queryExecution().analyzed().toString()
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["java path", "sql only"])
 @pytest.mark.parametrize("group", list(GROUPS))
-def test_classify_reasons_and_fields(spark: SparkSession, group: str) -> None:
+def test_classify_reasons_and_fields(spark: SparkSession, group: str, fast: bool) -> None:
     options, cases = GROUPS[group]
     names = list(cases)
     raw = spark.createDataFrame(
         [(value, "in", i % 3, i) for i, (value, _) in enumerate(cases.values())], SCHEMA
     )
-    out = classify(raw, **options)
+    out = classify(raw, **options, fast=fast)
+    # The session revise starts has revise's jar: the Java path is really taken (or not).
+    assert _uses_java_path(out) == fast
     assert out.columns == COLUMNS
     assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields] == [
         ("raw_value", "string"), ("topic", "string"), ("partition", "int"),
@@ -248,3 +259,130 @@ def test_reads_through_json_text_equal_typed_variant_reads(spark: SparkSession) 
     assert sum(r["text_double"] is not None for r in rows) > 1000
     by_raw = {r["raw"]: r["string_fast"] for r in rows}
     assert (by_raw['{"f":"abc"}'], by_raw['{"f":"a\\"b"}']) == ("abc", 'a"b')
+
+
+# Bytes the Java path must leave to the SQL path: each where Jackson reading bytes and Spark
+# reading the text decoded from them (malformed UTF-8 as U+FFFD) would part ways.
+REFUSED_CASES = [
+    b'\xef\xbb\xbf{"key":"a","ts":1,"value":1}',  # byte-order mark: Jackson skips it
+    '{"key":"a","ts":1,"value":1}'.encode("utf-16-le"),  # Jackson detects UTF-16
+    '{"key":"a","ts":1,"value":1}'.encode("utf-32-be"),
+    b'{"key":"a\xed\xa0\x80","ts":1,"value":1}',  # an encoded surrogate
+    b'{"\xc1\xab\xc1\xa5y":"a","key":"b","ts":1,"value":1}',  # overlong "ke"
+    b'{"key":"a\xc3","ts":1,"value":1}',  # a truncated sequence before a quote
+    b'{"key":"\\ud800","ts":1,"value":1}',  # a lone escaped surrogate (Spark refuses it)
+    b'{"key":"a","ts":1,"value":1,"z":"\\udc00"}',  # ... in a field the Java path skips
+    b'{"key":"a","ts":1,"value":1,"\\ud800":0}',  # ... in a name
+    b'{"key":"a","ts":1,"value":1,"z":"\\ud83d\\ude00"}',  # a pair: left to Spark as well
+    b'{"key":"a","ts":1,"value":1,"x":{"y":1,"y":2}}',  # a nested duplicate
+]
+# Odd records the two paths must agree on, whichever takes them.
+ODD_CASES = [
+    b'{"key":"a","ts":1,"value":1} trailing',  # Spark reads the first value only
+    b'{"key":"a","ts":1,"value":-0.0}', b'{"key":"a","ts":1,"value":-0e0}',
+    b'{"key":"a","ts":1,"value":0.' + b"0" * 40 + b'1}',  # more than 38 digits: a DOUBLE
+    b'{"key":"a","ts":1,"value":1,"deep":' + b"[" * 600 + b"]" * 600 + b"}",
+    b'{"key":"a","ts":1,"value":1,"n":1' + b"0" * 1200 + b"}",  # beyond Jackson's number length
+]
+_EDIT_BYTES = (b'{}[]",:\\ u0dD8e-.+019\x00\t\n\xef\xbb\xbf\xc3\xa9\xed\xa0\x80\xc1\xf0\x9f'
+               b"\x98\x80\xff")
+
+
+def _corpus(names: dict[str, str], count: int, seed: int) -> list[bytes]:
+    """Records with ``names``' fields: every kind of key, ts and value text, extra fields,
+    shuffled order and spacing, and a third of them edited byte by byte."""
+    rng = random.Random(seed)
+    values = _json_values()
+    keys = ['"k1"', '""', '"caf\u00e9"', '"\\u00e9\\n\\"q\\""', '"\U0001f600 x"',
+            '"\\ud83d\\ude00"', "1", "null", "true", '{"a":1}', '["x"]']
+    stamps = ["0", "1", "-0", "1700000000123", str(2**53 - 1), str(2**53), "-1", "12.0",
+              "1e3", '"5"', "null", str(2**63), "5.5"]
+    extras = ['"x":[1,{"y":null}]', '"n":-1.5e-3', '"s":"a,b}"', '"o":{}', '"t":true']
+    out = [*REFUSED_CASES, *ODD_CASES]
+    while len(out) < count:
+        fields = []
+        if rng.random() < 0.95:
+            fields.append((names["key_field"], rng.choice(keys) if rng.random() < 0.3
+                           else f'"k{rng.randint(0, 99)}"'))
+        if rng.random() < 0.95:
+            fields.append((names["ts_field"], rng.choice(stamps) if rng.random() < 0.3
+                           else str(rng.randint(0, 2**41))))
+        if rng.random() < 0.9:
+            fields.append((names["value_field"], rng.choice(values)))
+        fields += [tuple(e.split(":", 1)) for e in rng.sample(extras, rng.randint(0, 2))]
+        rng.shuffle(fields)
+        sep = rng.choice([",", ", ", " ,\n"])
+        body = sep.join(f"{json.dumps(n) if not n.startswith(chr(34)) else n}:{v}"
+                        for n, v in fields)
+        record = ("{" + body + "}").encode()
+        if rng.random() < 0.33:
+            edited = bytearray(record)
+            for _ in range(rng.randint(1, 3)):
+                at = rng.randrange(len(edited) + 1)
+                roll = rng.random()
+                if roll < 0.4:
+                    edited.insert(at, rng.choice(_EDIT_BYTES))
+                elif roll < 0.7 and at < len(edited):
+                    edited[at] = rng.choice(_EDIT_BYTES)
+                elif at < len(edited):
+                    del edited[at]
+            record = bytes(edited)
+        out.append(record)
+    return out
+
+
+JAVA_PATH_GROUPS = {
+    "defaults": {},
+    "value not required": {"value_required": False},
+    "custom field names": CUSTOM,
+}
+
+
+@pytest.mark.parametrize("group", list(JAVA_PATH_GROUPS))
+def test_java_path_gives_what_the_sql_path_gives(spark: SparkSession, group: str) -> None:
+    """Every row (reason, key, ts, value, raw text) is the same with and without the Java
+    path, over a corpus where it takes most good records and must refuse the odd ones."""
+    options: dict[str, Any] = JAVA_PATH_GROUPS[group]
+    names = {"key_field": "key", "ts_field": "ts", "value_field": "value",
+             **{k: v for k, v in options.items() if k.endswith("_field")}}
+    records = _corpus(names, 6000, seed=len(group))
+    raw = spark.createDataFrame([(v, "in", i % 3, i) for i, v in enumerate(records)], SCHEMA)
+    fast, sql = classify(raw, **options), classify(raw, **options, fast=False)
+    assert _uses_java_path(fast)
+    took = raw.selectExpr("offset", f"{FAST_PARSE_UDF}(value, '{names['key_field']}', "
+                                    f"'{names['ts_field']}', '{names['value_field']}', "
+                                    f"{str(options.get('value_required', True)).lower()}) "
+                                    "IS NOT NULL AS took")
+
+    def rows(df: Any) -> dict[int, tuple[Any, ...]]:
+        return {r["offset"]: (r["raw_value"], r["reason"], r["key"], r["ts_ms"],
+                              None if r["value"] is None else repr(r["value"]))
+                for r in df.collect()}
+
+    got, want = rows(fast), rows(sql)
+    assert len(want) == len(records)
+    differ = {i: (records[i], got[i], want[i]) for i in want if got[i] != want[i]}
+    assert differ == {}
+    taken = {r["offset"] for r in took.collect() if r["took"]}
+    accepted = {i for i, row in want.items() if row[1] is None}
+    assert taken <= accepted
+    # Not a vacuous comparison: the Java path took most accepted records, the SQL path saw
+    # hundreds of rejected ones, and it refused the cases it must refuse.
+    assert len(taken) > 0.6 * len(accepted) and len(want) - len(accepted) > 500
+    assert not taken & set(range(len(REFUSED_CASES)))
+
+
+def test_without_the_class_every_record_takes_the_sql_path(
+        spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session without revise's jar (one revise did not start) parses all the same."""
+    from revise.spark import parse
+
+    monkeypatch.setattr(parse, "FAST_PARSE_UDF", "revise_fast_parse_missing")
+    monkeypatch.setattr(parse, "_FAST_PARSE_CLASS", "revise.jvm.NoSuchClass")
+    assert not parse.fast_parse_available(spark)
+    raw = spark.createDataFrame([(v, "in", 0, i) for i, (v, _) in
+                                 enumerate(DEFAULT_CASES.values())], SCHEMA)
+    out = classify(raw)
+    assert "revise_fast_parse" not in out._jdf.queryExecution().analyzed().toString()
+    got = [(r["reason"], r["key"], r["ts_ms"], r["value"]) for r in out.orderBy("offset").collect()]
+    assert got == [expected for _, expected in DEFAULT_CASES.values()]

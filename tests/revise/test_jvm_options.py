@@ -88,3 +88,8 @@ def test_another_java_or_other_jars_use_another_archive(monkeypatch: pytest.Monk
     assert cds.archive_path() == before  # stable
     (jars / "a.jar").write_bytes(b"22")
     assert cds.archive_path() != before
+    # revise's own jar (revise.infra.jars.revise_jar) counts too.
+    after_spark = cds.archive_path()
+    (tmp_path / "revise").mkdir()
+    (tmp_path / "revise" / "revise-jvm-0.jar").write_bytes(b"1")
+    assert cds.archive_path() != after_spark
