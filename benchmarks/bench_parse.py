@@ -3,13 +3,15 @@
 Run from the repository root::
 
     python -m benchmarks.bench_parse [--records 1000000] [--rounds 7] [--baseline DIR]
+        [--sql-only]
 
 ``--records`` generated records (:mod:`revise.generate`: 1,000 keys, 1% late, ``--bad``
 malformed ones) are cached in a local Spark session (2 partitions, the Kafka source's
 columns); each round then runs ``classify`` over them into Spark's ``noop`` sink, once for
 this tree and, with ``--baseline``, once for the ``revise/spark/parse.py`` of ``DIR`` (a
-``git worktree`` of an older build), alternating so that the machine's drift hits both alike.
-Before timing, both must give the same rows (a difference is printed and the run fails).
+``git worktree`` of an older build), and with ``--sql-only`` once for this tree without its
+Java path (``classify(..., fast=False)``), alternating so that the machine's drift hits all
+alike. Before timing, all must give the same rows (a difference is printed and the run fails).
 
 Printed: each round's seconds, then the median over rounds after the first (the JVM's
 warm-up) and the ratio baseline ÷ this tree. docs/BENCHMARKS.md has results.
@@ -22,6 +24,8 @@ import importlib.util
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -66,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--baseline", metavar="DIR",
                    help="a tree whose revise/spark/parse.py to time beside this one")
+    p.add_argument("--sql-only", action="store_true",
+                   help="also time this tree's parse without its Java path")
     args = p.parse_args(argv)
 
     from revise.spark import parse
@@ -73,25 +79,29 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = spark_session("bench-parse", ui=False, shuffle_partitions=2)
     df = _frame(spark, args.records, args.bad)
-    builds: dict[str, ModuleType] = {"this": parse}
+    builds: dict[str, Callable[[Any], Any]] = {"this": parse.classify}
+    if args.sql_only:
+        builds["sql-only"] = partial(parse.classify, fast=False)
     if args.baseline:
-        builds["baseline"] = _module_at(Path(args.baseline) / "revise/spark/parse.py")
-        if not _same(parse.classify(df), builds["baseline"].classify(df)):
-            print("the two builds classify the records differently", file=sys.stderr)
+        builds["baseline"] = _module_at(Path(args.baseline) / "revise/spark/parse.py").classify
+    for name, build in builds.items():
+        if name != "this" and not _same(parse.classify(df), build(df)):
+            print(f"this tree and {name} classify the records differently", file=sys.stderr)
             return 1
     seconds: dict[str, list[float]] = {name: [] for name in builds}
     for rnd in range(args.rounds):
-        for name, module in builds.items():
+        for name, build in builds.items():
             t0 = time.perf_counter()
-            module.classify(df).write.format("noop").mode("overwrite").save()
+            build(df).write.format("noop").mode("overwrite").save()
             seconds[name].append(time.perf_counter() - t0)
             print(f"round {rnd} {name}: {seconds[name][-1]:.2f} s", flush=True)
     medians = {name: statistics.median(s[1:] or s) for name, s in seconds.items()}
     for name, median in medians.items():
         print(f"{name}: median {median:.2f} s for {args.records:,} records "
               f"({args.records / median:,.0f} records/s)")
-    if "baseline" in medians:
-        print(f"baseline / this: {medians['baseline'] / medians['this']:.2f}")
+    for name in builds:
+        if name != "this":
+            print(f"{name} / this: {medians[name] / medians['this']:.2f}")
     return 0
 
 
