@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from revise.errors import ReviseError
-from revise.infra.jars import jvm_dir
+from revise.infra.jars import jvm_dir, revise_jar_path
 from revise.infra.procs import JVM_OPTIONS_ENV, group_alive, java, jvm_options
 
 __all__ = ["CDS_ENV", "archive_path", "driver_options", "dump_options", "small_job_command",
@@ -61,7 +61,7 @@ def _key() -> str:
     parts = [*_fingerprint([java_bin]),
              *_fingerprint(sorted((spark_home() / "jars").glob("*.jar"))),
              *_fingerprint(sorted((jvm_dir() / "spark").glob("*.jar"))),
-             *_fingerprint(sorted((jvm_dir() / "revise").glob("*.jar")))]
+             *_fingerprint([jar for jar in [revise_jar_path()] if jar.is_file()])]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

@@ -37,7 +37,7 @@ from revise.errors import InfraError, SetupError
 from revise.infra.procs import jdk_tool
 
 __all__ = ["JVM_CLASSPATHS", "build_revise_jar", "classpath", "jvm_dir", "resolve",
-           "resolve_all", "revise_jar"]
+           "resolve_all", "revise_jar", "revise_jar_path"]
 
 JVM_CLASSPATHS = ("kafka", "spark")
 
@@ -141,7 +141,8 @@ def _java_sources() -> list[tuple[str, bytes]]:
     return found
 
 
-def _revise_jar_path() -> Path:
+def revise_jar_path() -> Path:
+    """Where the jar of these sources is (built or not)."""
     digest = hashlib.sha256()
     for rel, content in _java_sources():
         digest.update(rel.encode() + b"\0" + content + b"\0")
@@ -166,7 +167,7 @@ def build_revise_jar() -> Path:
     """
     from revise.infra.spark_cluster import spark_home
 
-    target = _revise_jar_path()
+    target = revise_jar_path()
     if target.is_file():
         return target
     javac = _javac()
@@ -186,15 +187,14 @@ def build_revise_jar() -> Path:
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
             msg = f"javac could not compile revise's Java sources (exit {proc.returncode}):\n{tail}"
             raise InfraError(msg)
-        partial = target.with_suffix(".jar.partial")
+        # Another process may build the same jar at the same time: each writes its own file.
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: revise\n")
             for cls in sorted(out.rglob("*.class")):
                 jar.write(cls, cls.relative_to(out).as_posix())
         os.replace(partial, target)
-    for old in target.parent.glob("revise-jvm-*.jar"):
-        if old != target:
-            old.unlink(missing_ok=True)
+    # Older jars stay (a few KB each): a running job's driver may still serve one to executors.
     return target
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from revise.errors import ConfigError
 from revise.infra import cds, spark_cluster
+from revise.infra.jars import revise_jar_path
 from revise.infra.procs import JVM_OPTIONS_ENV, jvm_options
 from revise.spark.session import JAVA_OPTIONS, _add_jvm_options
 
@@ -90,6 +91,7 @@ def test_another_java_or_other_jars_use_another_archive(monkeypatch: pytest.Monk
     assert cds.archive_path() != before
     # revise's own jar (revise.infra.jars.revise_jar) counts too.
     after_spark = cds.archive_path()
-    (tmp_path / "revise").mkdir()
-    (tmp_path / "revise" / "revise-jvm-0.jar").write_bytes(b"1")
+    own = revise_jar_path()
+    own.parent.mkdir()
+    own.write_bytes(b"1")
     assert cds.archive_path() != after_spark
