@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python -m benchmarks.bench_parse [--records 1000000] [--rounds 7] [--baseline DIR]
-        [--sql-only]
+        [--sql-only] [--fields]
 
 ``--records`` generated records (:mod:`revise.generate`: 1,000 keys, 1% late, ``--bad``
 malformed ones) are cached in a local Spark session (2 partitions, the Kafka source's
@@ -12,6 +12,8 @@ this tree and, with ``--baseline``, once for the ``revise/spark/parse.py`` of ``
 ``git worktree`` of an older build), and with ``--sql-only`` once for this tree without its
 Java path (``classify(..., fast=False)``), alternating so that the machine's drift hits all
 alike. Before timing, all must give the same rows (a difference is printed and the run fails).
+``--fields`` times ``revise.spark.fields.classify_fields`` instead (with the spec of ``--aggs
+sum(value),max(value)``, one numeric field; ``--baseline``'s ``revise/spark/fields.py``).
 
 Printed: each round's seconds, then the median over rounds after the first (the JVM's
 warm-up) and the ratio baseline ÷ this tree. docs/BENCHMARKS.md has results.
@@ -50,8 +52,9 @@ def _frame(spark: Any, records: int, bad: float) -> Any:
     """The generated records as the Kafka source's rows, cached on 2 partitions."""
     stream = generate(GeneratorConfig(events=records, keys=1000, late_fraction=0.01,
                                       bad_fraction=bad, disorder_ms=2000))
-    rows = [(p, "bench", i % 4, i) for i, p in enumerate(stream.payloads)]
-    df = spark.createDataFrame(rows, "value binary, topic string, partition int, offset bigint")
+    rows = [(p, "bench", i % 4, i, None) for i, p in enumerate(stream.payloads)]
+    df = spark.createDataFrame(
+        rows, "value binary, topic string, partition int, offset bigint, timestamp timestamp")
     df = df.repartition(2).cache()
     df.count()
     return df
@@ -72,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="a tree whose revise/spark/parse.py to time beside this one")
     p.add_argument("--sql-only", action="store_true",
                    help="also time this tree's parse without its Java path")
+    p.add_argument("--fields", action="store_true",
+                   help="time revise.spark.fields.classify_fields (one numeric field)")
     args = p.parse_args(argv)
 
     from revise.spark import parse
@@ -79,13 +84,21 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = spark_session("bench-parse", ui=False, shuffle_partitions=2)
     df = _frame(spark, args.records, args.bad)
-    builds: dict[str, Callable[[Any], Any]] = {"this": parse.classify}
+    from revise.inputspec import InputSpec
+    from revise.spark import fields
+
+    spec = InputSpec(numeric_fields=("value",))
+    mine = partial(fields.classify_fields, spec=spec) if args.fields else parse.classify
+    builds: dict[str, Callable[[Any], Any]] = {"this": mine}
     if args.sql_only:
-        builds["sql-only"] = partial(parse.classify, fast=False)
+        builds["sql-only"] = partial(mine, fast=False)
     if args.baseline:
-        builds["baseline"] = _module_at(Path(args.baseline) / "revise/spark/parse.py").classify
+        other = _module_at(Path(args.baseline) / "revise/spark"
+                           / ("fields.py" if args.fields else "parse.py"))
+        builds["baseline"] = (partial(other.classify_fields, spec=spec) if args.fields
+                              else other.classify)
     for name, build in builds.items():
-        if name != "this" and not _same(parse.classify(df), build(df)):
+        if name != "this" and not _same(mine(df), build(df)):
             print(f"this tree and {name} classify the records differently", file=sys.stderr)
             return 1
     seconds: dict[str, list[float]] = {name: [] for name in builds}

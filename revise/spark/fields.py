@@ -4,6 +4,9 @@ This generalises :func:`revise.spark.parse.classify` (which stays as it is for t
 with the same structure and reason wording: one ``try_parse_json`` into a VARIANT per record, a
 cheap all-good test read with one lookup per field, and the full diagnosis (``reason``) built
 only for records that fail it. Bad input becomes a dead letter whose reason names the field.
+For specs of top-level fields with an epoch-ms time and no distinct fields, a Java UDF
+(``revise_fast_fields``, ``revise/infra/java/revise/jvm/FastFields.java``) takes the records it
+surely accepts first, as ``parse``'s own Java path does; the variant is built for the others.
 
 Rules (a "field" is a dotted path into nested objects: ``payload.user.id``):
 
@@ -38,7 +41,16 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from revise.inputspec import KAFKA_TIMESTAMP, InputSpec, TsFormat, parse_key_fields, variant_path
-from revise.spark.parse import _MAX_TS, INTEGER_TYPES, _sql_str, json_number, json_string
+from revise.spark.parse import (
+    _MAX_TS,
+    FAST_FIELDS_UDF,
+    INTEGER_TYPES,
+    _sql_str,
+    java_null,
+    java_udf,
+    json_number,
+    json_string,
+)
 
 __all__ = ["KAFKA_TIMESTAMP", "InputSpec", "TsFormat", "classify_fields", "parse_key_fields"]
 
@@ -199,13 +211,34 @@ def _ts_check(spec: InputSpec) -> _Check:
     return _iso_check(spec) if spec.ts_format == "iso8601" else _epoch_check(spec)
 
 
-def classify_fields(raw: DataFrame, spec: InputSpec) -> DataFrame:
+def _java_path(spec: InputSpec) -> bool:
+    """Whether ``revise_fast_fields`` can read ``spec``'s fields (``revise.jvm.FastFields``).
+
+    One key field, an epoch-ms event time, numeric fields, all top-level (no dot), distinct
+    names (no NUL: the UDF gets the numeric names joined by NULs); no distinct fields.
+    """
+    names = [*spec.key_fields, spec.ts_field, *spec.numeric_fields]
+    return (len(spec.key_fields) == 1 and not spec.distinct_fields
+            and spec.ts_format == "epoch_ms" and spec.ts_field != KAFKA_TIMESTAMP
+            and len(set(names)) == len(names)
+            and not any("." in f or "\0" in f for f in names))
+
+
+def classify_fields(raw: DataFrame, spec: InputSpec, *, fast: bool = True) -> DataFrame:
     """Parse Kafka source rows per ``spec``: typed engine inputs, or a ``reason`` for bad input.
+
+    Records the Java UDF ``revise_fast_fields`` surely accepts take its fields and skip the
+    variant (top-level fields and epoch-ms time only, :func:`_java_path`; the rules are those
+    of :mod:`revise.spark.parse`'s own Java path); all others, and every record of another
+    spec or of a session without revise's jar, take the SQL path below, which alone names
+    reasons. The results are the same either way.
 
     Args:
         raw: Rows of Spark's Kafka source (``value`` binary, ``topic``, ``partition``,
             ``offset``, ``timestamp``).
         spec: Where key, event time and aggregated fields are, and the time format.
+        fast: try the Java UDF first (when ``spec`` allows it and the session has it);
+            False parses every record through the SQL path (benchmarks, tests).
 
     Returns:
         :attr:`InputSpec.columns`: ``raw_value`` (string), ``topic``, ``partition``, ``offset``,
@@ -220,17 +253,21 @@ def classify_fields(raw: DataFrame, spec: InputSpec) -> DataFrame:
     dsts = [_scalar_check(i, f, "d", string_only=False)
             for i, f in enumerate(spec.distinct_fields)]
     checks = [*keys, ts, *nums, *dsts]
+    fast = fast and _java_path(spec) and java_udf(raw.sparkSession, FAST_FIELDS_UDF)
+    udf = (f"{FAST_FIELDS_UDF}(value, {_sql_str(spec.key_fields[0])}, {_sql_str(spec.ts_field)}, "
+           f"{_sql_str(chr(0).join(spec.numeric_fields))})")
+    # _f: the UDF's fields, or NULL when it is not sure; only then is the variant _v built.
     df = raw.select(
         F.col("value").cast("string").alias("raw_value"), "topic", "partition", "offset",
-        "timestamp",
-    ).withColumn("_v", F.expr("try_parse_json(raw_value)"))
+        "timestamp", F.expr(udf if fast else java_null(FAST_FIELDS_UDF)).alias("_f"),
+    ).withColumn("_v", F.expr("CASE WHEN _f IS NULL THEN try_parse_json(raw_value) END"))
     df = df.select("*", *(c for check in checks for c in check.subs))
     df = df.select("*", *(c for check in checks for c in check.pre))
-    fast = " AND ".join(f"({c.fast})" for c in checks)
+    cheap = " AND ".join(f"({c.fast})" for c in checks)
     # A lookup on anything but an object is NULL, so a found first key proves an object; the
     # whole-value schema is computed only for records whose first key is missing.
     reason = f"""CASE
-        WHEN {fast} THEN NULL
+        WHEN _f IS NOT NULL OR ({cheap}) THEN NULL
         WHEN raw_value IS NULL OR trim(raw_value) = '' THEN 'empty value'
         WHEN _v IS NULL THEN 'invalid JSON'
         WHEN _k0 IS NULL AND schema_of_variant(_v) NOT LIKE 'OBJECT%' THEN concat(
@@ -240,12 +277,14 @@ def classify_fields(raw: DataFrame, spec: InputSpec) -> DataFrame:
         ELSE NULL END"""
     df = df.withColumn("reason", F.expr(reason))
     ok = F.col("reason").isNull()
+    took = F.col("_f").isNotNull()
     key = keys[0].out if single else (
         "concat('[', concat_ws(',', " + ", ".join(k.out for k in keys) + "), ']')")
-    outs = [F.when(ok, F.expr(key)).alias("key"),
-            F.when(ok, F.expr(ts.out).cast("bigint")).alias("ts_ms"),
-            *(F.when(ok, F.expr(c.out)).alias(spec.numeric_column(f))
-              for c, f in zip(nums, spec.numeric_fields, strict=True)),
+    outs = [F.when(took, F.col("_f.key")).when(ok, F.expr(key)).alias("key"),
+            F.when(took, F.col("_f.ts")).when(ok, F.expr(ts.out).cast("bigint")).alias("ts_ms"),
+            *(F.when(took, F.col("_f.values")[i]).when(ok, F.expr(c.out))
+              .alias(spec.numeric_column(f))
+              for i, (c, f) in enumerate(zip(nums, spec.numeric_fields, strict=True))),
             *(F.when(ok, F.expr(c.out)).alias(spec.distinct_column(f))
               for c, f in zip(dsts, spec.distinct_fields, strict=True))]
     return df.select("raw_value", "topic", "partition", "offset", "timestamp", "reason", *outs)

@@ -42,33 +42,44 @@ from pyspark.sql import functions as F
 
 from revise.inputspec import spark_path as _path
 
-__all__ = ["FAST_PARSE_UDF", "INTEGER_TYPES", "classify", "fast_parse_available",
-           "json_number", "json_string"]
+__all__ = ["FAST_FIELDS_UDF", "FAST_PARSE_UDF", "INTEGER_TYPES", "classify", "java_null",
+           "java_udf", "json_number", "json_string"]
 
 INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 _MAX_TS = 2**53
 FAST_PARSE_UDF = "revise_fast_parse"
-"""The SQL name of the accepted path's Java UDF (registered by :func:`fast_parse_available`)."""
-_FAST_PARSE_CLASS = "revise.jvm.FastParse"
-_FAST_PARSE_TYPE = "struct<key:string,ts:bigint,value:double>"
+"""The SQL name of this module's accepted path in Java (``revise.jvm.FastParse``)."""
+FAST_FIELDS_UDF = "revise_fast_fields"
+"""The SQL name of :mod:`revise.spark.fields`' accepted path in Java (``revise.jvm.FastFields``)."""
+_JAVA_UDFS = {
+    FAST_PARSE_UDF: ("revise.jvm.FastParse", "struct<key:string,ts:bigint,value:double>"),
+    FAST_FIELDS_UDF: ("revise.jvm.FastFields",
+                      "struct<key:string,ts:bigint,values:array<double>>"),
+}
 
 
-def fast_parse_available(spark: SparkSession) -> bool:
-    """Register the accepted path's Java UDF in ``spark``; False when its class is not there.
+def java_udf(spark: SparkSession, name: str) -> bool:
+    """Register the Java UDF ``name`` in ``spark`` (once); False when its class is not there.
 
-    The class comes from revise's jar (:func:`revise.infra.jars.revise_jar`), which
+    The classes come from revise's jar (:func:`revise.infra.jars.revise_jar`), which
     :func:`revise.spark.session.spark_session` puts in ``spark.jars``: a session started
-    otherwise may lack it, and :func:`classify` then parses every record through the SQL path.
+    otherwise may lack it, and the parse then takes its SQL path for every record.
     """
     from pyspark.errors import AnalysisException
 
-    if spark.catalog.functionExists(FAST_PARSE_UDF):
+    if spark.catalog.functionExists(name):
         return True
+    cls, returns = _JAVA_UDFS[name]
     try:
-        spark.udf.registerJavaFunction(FAST_PARSE_UDF, _FAST_PARSE_CLASS, _FAST_PARSE_TYPE)
+        spark.udf.registerJavaFunction(name, cls, returns)
     except AnalysisException:
         return False
     return True
+
+
+def java_null(name: str) -> str:
+    """SQL of a NULL of the Java UDF ``name``'s type (its column when the path is off)."""
+    return f"CAST(NULL AS {_JAVA_UDFS[name][1]})"
 
 
 def _sql_str(text: str) -> str:
@@ -138,7 +149,7 @@ def classify(
     kp, tp, vp = (_sql_str(_path(f)) for f in (key_field, ts_field, value_field))
     kq, tq, vq = (_sql_str(f"'{f}'") for f in (key_field, ts_field, value_field))
     fast = (fast and len({key_field, ts_field, value_field}) == 3
-            and fast_parse_available(raw.sparkSession))
+            and java_udf(raw.sparkSession, FAST_PARSE_UDF))
     # _f: the UDF's fields, or NULL when it is not sure; only then is the variant _v built.
     udf = (f"{FAST_PARSE_UDF}(value, {_sql_str(key_field)}, {_sql_str(ts_field)}, "
            f"{_sql_str(value_field)}, {'true' if value_required else 'false'})")
@@ -147,7 +158,7 @@ def classify(
         F.col("topic"),
         F.col("partition"),
         F.col("offset"),
-        F.expr(udf if fast else f"CAST(NULL AS {_FAST_PARSE_TYPE})").alias("_f"),
+        F.expr(udf if fast else java_null(FAST_PARSE_UDF)).alias("_f"),
     ).withColumn("_v", F.expr("CASE WHEN _f IS NULL THEN try_parse_json(raw_value) END"))
     # Each field looked up once; its JSON text (``to_json``) computed once per row, from which
     # the cheap test reads and tests everything: typed reads go through the text

@@ -1,8 +1,10 @@
 """``revise.spark.fields.classify_fields`` on a real Spark session: exact reasons and outputs.
 
 For today's options it must agree with ``revise.spark.parse.classify`` on every frozen case of
-``test_parse.py``; the new rules (nested paths, grouped keys, time formats, Kafka timestamps,
-several numeric fields, distinct canonical text) are pinned case by case below.
+``test_parse.py``, with and without its accepted path in Java (``revise_fast_fields``); the new
+rules (nested paths, grouped keys, time formats, Kafka timestamps, several numeric fields,
+distinct canonical text) are pinned case by case below. Over ``test_parse.py``'s generated
+corpus the Java path gives exactly what the SQL path alone gives.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from test_parse import DEFAULT_CASES, NO_VALUE_CASES
+from test_parse import DEFAULT_CASES, NO_VALUE_CASES, REFUSED_CASES, corpus
 
 from revise.aggspec import AggList
 from revise.errors import ConfigError
-from revise.spark.fields import InputSpec, classify_fields, parse_key_fields
+from revise.spark.fields import InputSpec, _java_path, classify_fields, parse_key_fields
+from revise.spark.parse import FAST_FIELDS_UDF, _sql_str
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,23 +33,29 @@ KAFKA_TS_MS = 1795464900123
 Out = tuple[Any, ...]
 
 
+def _uses_java_path(df: Any) -> bool:
+    return FAST_FIELDS_UDF in df._jdf.queryExecution().analyzed().toString()
+
+
 def _run(spark: SparkSession, spec: InputSpec, values: list[bytes | None],
-         stamps: list[dt.datetime | None] | None = None) -> list[Out]:
+         stamps: list[dt.datetime | None] | None = None, *, fast: bool = True) -> list[Out]:
     """Rows of ``classify_fields`` in input order, without the raw columns."""
     stamps = stamps or [KAFKA_TS] * len(values)
     raw = spark.createDataFrame(
         [(v, "in", 0, i, s) for i, (v, s) in enumerate(zip(values, stamps, strict=True))], SCHEMA)
-    out = classify_fields(raw, spec)
+    out = classify_fields(raw, spec, fast=fast)
+    assert _uses_java_path(out) == (fast and _java_path(spec))
     assert tuple(out.columns) == spec.columns
     rows = sorted(out.collect(), key=lambda r: r["offset"])
     assert [r["offset"] for r in rows] == list(range(len(values)))
     return [tuple(r[c] for c in spec.columns[5:]) for r in rows]
 
 
-def _check(spark: SparkSession, spec: InputSpec, cases: dict[str, tuple[Any, Out]]) -> None:
+def _check(spark: SparkSession, spec: InputSpec, cases: dict[str, tuple[Any, Out]],
+           *, fast: bool = True) -> None:
     values = [v if v is None or isinstance(v, bytes) else json.dumps(v).encode()
               for v, _ in cases.values()]
-    got = dict(zip(cases, _run(spark, spec, values), strict=True))
+    got = dict(zip(cases, _run(spark, spec, values, fast=fast), strict=True))
     want = {name: expected for name, (_, expected) in cases.items()}
     wrong = [n for n in cases if got[n] != want[n]]
     assert {n: got[n] for n in wrong} == {n: want[n] for n in wrong}
@@ -56,13 +65,62 @@ def _bad(reason: str, n_out: int = 2) -> Out:
     return (reason, *([None] * n_out))
 
 
-def test_todays_options_agree_with_classify(spark: SparkSession) -> None:
+@pytest.mark.parametrize("fast", [True, False], ids=["java path", "sql only"])
+def test_todays_options_agree_with_classify(spark: SparkSession, fast: bool) -> None:
     spec = InputSpec(numeric_fields=("value",))
     assert spec.columns[5:] == ("reason", "key", "ts_ms", "num_value")
     cases = {n: (v, e) for n, (v, e) in DEFAULT_CASES.items()}
-    _check(spark, spec, cases)
+    _check(spark, spec, cases, fast=fast)
     count_only = InputSpec()
-    _check(spark, count_only, {n: (v, e[:3]) for n, (v, e) in NO_VALUE_CASES.items()})
+    _check(spark, count_only, {n: (v, e[:3]) for n, (v, e) in NO_VALUE_CASES.items()},
+           fast=fast)
+
+
+def test_java_path_only_for_top_level_fields_and_epoch_ms() -> None:
+    assert _java_path(InputSpec(numeric_fields=("value", "b")))
+    assert _java_path(InputSpec())
+    assert not _java_path(NESTED)
+    assert not _java_path(InputSpec(("store", "region")))
+    assert not _java_path(InputSpec(ts_format="epoch_s"))
+    assert not _java_path(InputSpec(ts_field="@timestamp"))
+    assert not _java_path(InputSpec(distinct_fields=("user",)))
+    assert not _java_path(InputSpec(numeric_fields=("ts",)))  # a field read twice
+
+
+JAVA_PATH_SPECS = {
+    "two numeric fields": InputSpec(numeric_fields=("value", "v2")),
+    "count only": InputSpec(),
+    "custom names": InputSpec(("user id",), "$t", "epoch_ms", ("v[0]", "value")),
+}
+
+
+@pytest.mark.parametrize("name", list(JAVA_PATH_SPECS))
+def test_java_path_gives_what_the_sql_path_gives(spark: SparkSession, name: str) -> None:
+    spec = JAVA_PATH_SPECS[name]
+    value = spec.numeric_fields[0] if spec.numeric_fields else "value"
+    names = {"key_field": spec.key_fields[0], "ts_field": spec.ts_field, "value_field": value}
+    records = corpus(names, 6000, seed=len(name), more_values=spec.numeric_fields[1:])
+    fast = _run(spark, spec, list(records))
+    sql = _run(spark, spec, list(records), fast=False)
+
+    def exact(row: Out) -> Out:  # -0.0 and 0.0 apart
+        return tuple(repr(x) if isinstance(x, float) else x for x in row)
+
+    differ = {i: (records[i], fast[i], sql[i]) for i in range(len(records))
+              if exact(fast[i]) != exact(sql[i])}
+    assert differ == {}
+    # Not a vacuous comparison: the Java path took most accepted records, the SQL path saw
+    # hundreds of rejected ones, and the Java path refused the cases it must refuse.
+    raw = spark.createDataFrame([(v, "in", 0, i, KAFKA_TS) for i, v in enumerate(records)],
+                                SCHEMA)
+    args = ", ".join(_sql_str(f) for f in
+                     (spec.key_fields[0], spec.ts_field, chr(0).join(spec.numeric_fields)))
+    taken = {r["offset"] for r in raw.where(f"{FAST_FIELDS_UDF}(value, {args}) IS NOT NULL")
+             .select("offset").collect()}
+    accepted = {i for i, row in enumerate(sql) if row[0] is None}
+    assert taken <= accepted
+    assert len(taken) > 0.6 * len(accepted) and len(records) - len(accepted) > 500
+    assert not taken & set(range(len(REFUSED_CASES)))
 
 
 NESTED = InputSpec(("payload.user.id",), "meta.t", "epoch_ms", ("m.latency_ms", "amount"),

@@ -288,9 +288,11 @@ _EDIT_BYTES = (b'{}[]",:\\ u0dD8e-.+019\x00\t\n\xef\xbb\xbf\xc3\xa9\xed\xa0\x80\
                b"\x98\x80\xff")
 
 
-def _corpus(names: dict[str, str], count: int, seed: int) -> list[bytes]:
-    """Records with ``names``' fields: every kind of key, ts and value text, extra fields,
-    shuffled order and spacing, and a third of them edited byte by byte."""
+def corpus(names: dict[str, str], count: int, seed: int,
+           more_values: tuple[str, ...] = ()) -> list[bytes]:
+    """Records with ``names``' fields (and ``more_values``, numbers like the value field):
+    every kind of key, ts and value text, extra fields, shuffled order and spacing, and a
+    third of them edited byte by byte. The first ones are :data:`REFUSED_CASES`."""
     rng = random.Random(seed)
     values = _json_values()
     keys = ['"k1"', '""', '"caf\u00e9"', '"\\u00e9\\n\\"q\\""', '"\U0001f600 x"',
@@ -307,8 +309,9 @@ def _corpus(names: dict[str, str], count: int, seed: int) -> list[bytes]:
         if rng.random() < 0.95:
             fields.append((names["ts_field"], rng.choice(stamps) if rng.random() < 0.3
                            else str(rng.randint(0, 2**41))))
-        if rng.random() < 0.9:
-            fields.append((names["value_field"], rng.choice(values)))
+        for name in (names["value_field"], *more_values):
+            if rng.random() < 0.9:
+                fields.append((name, rng.choice(values)))
         fields += [tuple(e.split(":", 1)) for e in rng.sample(extras, rng.randint(0, 2))]
         rng.shuffle(fields)
         sep = rng.choice([",", ", ", " ,\n"])
@@ -345,7 +348,7 @@ def test_java_path_gives_what_the_sql_path_gives(spark: SparkSession, group: str
     options: dict[str, Any] = JAVA_PATH_GROUPS[group]
     names = {"key_field": "key", "ts_field": "ts", "value_field": "value",
              **{k: v for k, v in options.items() if k.endswith("_field")}}
-    records = _corpus(names, 6000, seed=len(group))
+    records = corpus(names, 6000, seed=len(group))
     raw = spark.createDataFrame([(v, "in", i % 3, i) for i, v in enumerate(records)], SCHEMA)
     fast, sql = classify(raw, **options), classify(raw, **options, fast=False)
     assert _uses_java_path(fast)
@@ -377,9 +380,11 @@ def test_without_the_class_every_record_takes_the_sql_path(
     """A session without revise's jar (one revise did not start) parses all the same."""
     from revise.spark import parse
 
-    monkeypatch.setattr(parse, "FAST_PARSE_UDF", "revise_fast_parse_missing")
-    monkeypatch.setattr(parse, "_FAST_PARSE_CLASS", "revise.jvm.NoSuchClass")
-    assert not parse.fast_parse_available(spark)
+    missing = "revise_fast_parse_missing"
+    monkeypatch.setattr(parse, "FAST_PARSE_UDF", missing)
+    monkeypatch.setitem(parse._JAVA_UDFS, missing,
+                        ("revise.jvm.NoSuchClass", parse._JAVA_UDFS[FAST_PARSE_UDF][1]))
+    assert not parse.java_udf(spark, missing)
     raw = spark.createDataFrame([(v, "in", 0, i) for i, (v, _) in
                                  enumerate(DEFAULT_CASES.values())], SCHEMA)
     out = classify(raw)

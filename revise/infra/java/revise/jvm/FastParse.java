@@ -1,62 +1,32 @@
 package revise.jvm;
 
-import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.JsonToken;
-import com.fasterxml.jackson.core.StreamReadFeature;
 import java.io.IOException;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF5;
 
 /**
- * The accepted path of revise's input parse ({@code revise/spark/parse.py}), as a Spark UDF.
+ * The accepted path of {@code revise/spark/parse.py} (today's options), as a Spark UDF.
  *
  * <p>{@code revise_fast_parse(value, keyField, tsField, valueField, valueRequired)} returns the
- * struct {@code (key string, ts bigint, value double)} of a Kafka record value that the Spark
- * SQL parse surely accepts, with the fields that parse would give; and NULL for anything else,
- * which the SQL parse ({@code try_parse_json} and the reasons) then decides. So a NULL is never
- * a verdict: it only means "not sure". What the SQL parse gives, and why each test below keeps
- * to it (Spark 4.2's {@code VariantBuilder}, which {@code try_parse_json} runs on the value
- * decoded as UTF-8 text):
- *
- * <ul>
- *   <li>The bytes: at most 1 MiB (a variant has a size limit), no NUL byte (Jackson would read
- *       zero bytes as UTF-16 or UTF-32), first byte '{' or JSON white space (Jackson skips a
- *       byte-order mark, Spark's text keeps it), well-formed UTF-8 (Spark decodes malformed
- *       bytes to U+FFFD, Jackson otherwise), and no escaped surrogate {@code \}{@code uD800}..
- *       {@code \}{@code uDFFF} anywhere (Spark refuses a lone one in any string or name; a pair
- *       goes to the SQL parse too).
- *   <li>The document: one JSON object read by Jackson with Spark's defaults, and duplicate names
- *       refused at every level, as Spark refuses them; what follows the object is not read
- *       (Spark does not read it either).
- *   <li>The key: a JSON string, as Jackson decodes it.
- *   <li>The ts: an integer token of at most 64 bits in [0, 2^53).
- *   <li>The value (when required, else absent or such a number; absent gives 0.0): an integer
- *       of at most 64 bits, as the nearest double; or a decimal fraction of at most 38 digits
- *       (Spark keeps a DECIMAL, which has no negative zero); or a number with an exponent
- *       (Spark keeps a DOUBLE); finite. Either way the double nearest the text, which is
- *       what the SQL parse's cast of the field's JSON text gives.
- * </ul>
+ * struct {@code (key string, ts bigint, value double)} of a Kafka record value that the SQL
+ * parse surely accepts, with the fields that parse would give, and NULL for anything else
+ * ({@link JsonBytes} has the rules). The key is a JSON string as Jackson decodes it; the value,
+ * when not required, may be absent (0.0) but is otherwise such a number.
  */
-public final class FastParse
-    implements UDF5<byte[], String, String, String, Boolean, Row> {
+public final class FastParse implements UDF5<byte[], String, String, String, Boolean, Row> {
   private static final long serialVersionUID = 1L;
-  /** Jackson's defaults, as Spark's parse uses them, and duplicate names refused. */
-  private static final JsonFactory FACTORY =
-      JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
-  private static final long MAX_TS = 1L << 53;
-  private static final int MAX_BYTES = 1 << 20;
-  private static final int MAX_DECIMAL_DIGITS = 38;
 
   @Override
   public Row call(byte[] bytes, String keyField, String tsField, String valueField,
       Boolean valueRequired) {
-    if (bytes == null || !plainBytes(bytes)) {
+    if (bytes == null || !JsonBytes.plain(bytes)) {
       return null;
     }
-    try (JsonParser p = FACTORY.createParser(bytes)) {
+    try (JsonParser p = JsonBytes.FACTORY.createParser(bytes)) {
       return fields(p, keyField, tsField, valueField, valueRequired);
     } catch (JsonProcessingException e) {
       return null;
@@ -84,15 +54,12 @@ public final class FastParse
         }
         key = p.getText();
       } else if (name.equals(tsField)) {
-        if (vt != JsonToken.VALUE_NUMBER_INT || !fitsLong(p)) {
-          return null;
-        }
-        ts = p.getLongValue();
-        if (ts < 0 || ts >= MAX_TS) {
+        ts = JsonBytes.epochMs(p, vt);
+        if (ts < 0) {
           return null;
         }
       } else if (name.equals(valueField)) {
-        Double v = number(p, vt);
+        Double v = JsonBytes.number(p, vt);
         if (v == null) {
           return null;
         }
@@ -106,134 +73,5 @@ public final class FastParse
       return null;
     }
     return RowFactory.create(key, ts, value);
-  }
-
-  private static boolean fitsLong(JsonParser p) throws IOException {
-    JsonParser.NumberType nt = p.getNumberType();
-    return nt == JsonParser.NumberType.INT || nt == JsonParser.NumberType.LONG;
-  }
-
-  /** A finite number's double as the SQL parse reads it, or null when not sure. */
-  private static Double number(JsonParser p, JsonToken vt) throws IOException {
-    double v;
-    if (vt == JsonToken.VALUE_NUMBER_INT) {
-      if (!fitsLong(p)) {
-        return null;
-      }
-      v = (double) p.getLongValue();
-    } else if (vt == JsonToken.VALUE_NUMBER_FLOAT) {
-      String text = p.getText();
-      boolean exponent = text.indexOf('e') >= 0 || text.indexOf('E') >= 0;
-      if (!exponent && digits(text) > MAX_DECIMAL_DIGITS) {
-        return null;
-      }
-      v = Double.parseDouble(text);
-      if (!exponent && v == 0.0) {
-        v = 0.0; // a DECIMAL zero: no sign
-      }
-    } else {
-      return null;
-    }
-    return Double.isFinite(v) ? v : null;
-  }
-
-  private static int digits(String text) {
-    int n = 0;
-    for (int i = 0; i < text.length(); i++) {
-      char c = text.charAt(i);
-      if (c >= '0' && c <= '9') {
-        n++;
-      }
-    }
-    return n;
-  }
-
-  /**
-   * Whether the bytes pass the tests on bytes above: size, no NUL, first byte, well-formed
-   * UTF-8 (Unicode's Table 3-7, as Java's decoder takes it), no escaped surrogate.
-   */
-  static boolean plainBytes(byte[] b) {
-    int n = b.length;
-    if (n == 0 || n > MAX_BYTES) {
-      return false;
-    }
-    int first = b[0];
-    if (first != '{' && first != ' ' && first != '\t' && first != '\n' && first != '\r') {
-      return false;
-    }
-    int i = 0;
-    while (i < n) {
-      int c = b[i];
-      if (c > 0) {
-        if (c == '\\') {
-          if (i + 1 < n && b[i + 1] == 'u' && escapedSurrogate(b, i + 2)) {
-            return false;
-          }
-          i += 2; // the escaped byte is ASCII in valid JSON; a stray one fails the parse
-        } else {
-          i++;
-        }
-      } else if (c == 0) {
-        return false;
-      } else {
-        int len = utf8Sequence(b, i);
-        if (len == 0) {
-          return false;
-        }
-        i += len;
-      }
-    }
-    return true;
-  }
-
-  private static boolean escapedSurrogate(byte[] b, int at) {
-    if (at + 1 >= b.length) {
-      return false;
-    }
-    int h = b[at];
-    int h2 = b[at + 1];
-    return (h == 'd' || h == 'D')
-        && ((h2 >= '8' && h2 <= '9') || (h2 >= 'a' && h2 <= 'f') || (h2 >= 'A' && h2 <= 'F'));
-  }
-
-  /** The length of the well-formed multi-byte UTF-8 sequence at {@code i}, or 0. */
-  private static int utf8Sequence(byte[] b, int i) {
-    int c = b[i] & 0xFF;
-    int len;
-    int lo = 0x80;
-    int hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) {
-        lo = 0xA0;
-      } else if (c == 0xED) {
-        hi = 0x9F;
-      }
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) {
-        lo = 0x90;
-      } else if (c == 0xF4) {
-        hi = 0x8F;
-      }
-    } else {
-      return 0;
-    }
-    if (i + len > b.length) {
-      return 0;
-    }
-    int second = b[i + 1] & 0xFF;
-    if (second < lo || second > hi) {
-      return 0;
-    }
-    for (int k = 2; k < len; k++) {
-      int cont = b[i + k] & 0xFF;
-      if (cont < 0x80 || cont > 0xBF) {
-        return 0;
-      }
-    }
-    return len;
   }
 }
