@@ -1,9 +1,5 @@
 package revise.jvm;
 
-import com.fasterxml.jackson.core.JsonParser;
-import com.fasterxml.jackson.core.JsonProcessingException;
-import com.fasterxml.jackson.core.JsonToken;
-import java.io.IOException;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF4;
@@ -27,16 +23,8 @@ public final class FastFields implements UDF4<byte[], String, String, String, Ro
 
   @Override
   public Row call(byte[] bytes, String keyField, String tsField, String numericFields) {
-    if (bytes == null || !JsonBytes.plain(bytes)) {
-      return null;
-    }
-    try (JsonParser p = JsonBytes.FACTORY.createParser(bytes)) {
-      return fields(p, keyField, tsField, split(numericFields));
-    } catch (JsonProcessingException e) {
-      return null;
-    } catch (IOException e) {
-      return null;
-    }
+    JsonBytes.Fields f = JsonBytes.read(bytes, keyField, tsField, split(numericFields), true);
+    return f == null ? null : RowFactory.create(f.key, f.ts, f.numbers);
   }
 
   private String[] split(String joined) {
@@ -47,57 +35,5 @@ public final class FastFields implements UDF4<byte[], String, String, String, Ro
     String[] split = joined.isEmpty() ? NONE : joined.split("\u0000", -1);
     names = new Object[] {joined, split};
     return split;
-  }
-
-  private static Row fields(JsonParser p, String keyField, String tsField, String[] numeric)
-      throws IOException {
-    if (p.nextToken() != JsonToken.START_OBJECT) {
-      return null;
-    }
-    String key = null;
-    long ts = -1;
-    double[] values = new double[numeric.length];
-    int seen = 0; // duplicate names are refused by the parser, so each counts once
-    JsonToken t;
-    while ((t = p.nextToken()) == JsonToken.FIELD_NAME) {
-      String name = p.currentName();
-      JsonToken vt = p.nextToken();
-      if (name.equals(keyField)) {
-        if (vt != JsonToken.VALUE_STRING) {
-          return null;
-        }
-        key = p.getText();
-      } else if (name.equals(tsField)) {
-        ts = JsonBytes.epochMs(p, vt);
-        if (ts < 0) {
-          return null;
-        }
-      } else {
-        int i = indexOf(numeric, name);
-        if (i >= 0) {
-          Double v = JsonBytes.number(p, vt);
-          if (v == null) {
-            return null;
-          }
-          values[i] = v;
-          seen++;
-        } else {
-          p.skipChildren();
-        }
-      }
-    }
-    if (t != JsonToken.END_OBJECT || key == null || ts < 0 || seen != numeric.length) {
-      return null;
-    }
-    return RowFactory.create(key, ts, values);
-  }
-
-  private static int indexOf(String[] names, String name) {
-    for (int i = 0; i < names.length; i++) {
-      if (names[i].equals(name)) {
-        return i;
-      }
-    }
-    return -1;
   }
 }

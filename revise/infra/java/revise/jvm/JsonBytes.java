@@ -2,6 +2,7 @@ package revise.jvm;
 
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadFeature;
 import java.io.IOException;
@@ -40,6 +41,87 @@ final class JsonBytes {
   private static final int MAX_DECIMAL_DIGITS = 38;
 
   private JsonBytes() {}
+
+  /** The fields of a record surely accepted. */
+  static final class Fields {
+    final String key;
+    final long ts;
+    final double[] numbers;
+
+    Fields(String key, long ts, double[] numbers) {
+      this.key = key;
+      this.ts = ts;
+      this.numbers = numbers;
+    }
+  }
+
+  /**
+   * The key (a JSON string), epoch-ms time and numbers of a Kafka value the SQL parse surely
+   * accepts, or null when not sure. A numeric field absent is 0.0 when {@code allNumbers} is
+   * false; any numeric field present must be such a number.
+   */
+  static Fields read(byte[] bytes, String keyField, String tsField, String[] numeric,
+      boolean allNumbers) {
+    if (bytes == null || !plain(bytes)) {
+      return null;
+    }
+    try (JsonParser p = FACTORY.createParser(bytes)) {
+      return fields(p, keyField, tsField, numeric, allNumbers);
+    } catch (JsonProcessingException e) {
+      return null;
+    } catch (IOException e) {
+      return null;
+    }
+  }
+
+  private static Fields fields(JsonParser p, String keyField, String tsField, String[] numeric,
+      boolean allNumbers) throws IOException {
+    if (p.nextToken() != JsonToken.START_OBJECT) {
+      return null;
+    }
+    String key = null;
+    long ts = -1;
+    double[] numbers = new double[numeric.length];
+    int seen = 0; // duplicate names are refused by the parser, so each field counts once
+    JsonToken t;
+    while ((t = p.nextToken()) == JsonToken.FIELD_NAME) {
+      String name = p.currentName();
+      JsonToken vt = p.nextToken();
+      int i;
+      if (name.equals(keyField)) {
+        if (vt != JsonToken.VALUE_STRING) {
+          return null;
+        }
+        key = p.getText();
+      } else if (name.equals(tsField)) {
+        ts = epochMs(p, vt);
+        if (ts < 0) {
+          return null;
+        }
+      } else if ((i = indexOf(numeric, name)) >= 0) {
+        Double v = number(p, vt);
+        if (v == null) {
+          return null;
+        }
+        numbers[i] = v;
+        seen++;
+      } else {
+        p.skipChildren();
+      }
+    }
+    boolean complete = !allNumbers || seen == numeric.length;
+    return t == JsonToken.END_OBJECT && key != null && ts >= 0 && complete
+        ? new Fields(key, ts, numbers) : null;
+  }
+
+  private static int indexOf(String[] names, String name) {
+    for (int i = 0; i < names.length; i++) {
+      if (names[i].equals(name)) {
+        return i;
+      }
+    }
+    return -1;
+  }
 
   /** The epoch-ms event time at the current token, or -1 when not sure. */
   static long epochMs(JsonParser p, JsonToken vt) throws IOException {
