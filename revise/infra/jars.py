@@ -10,11 +10,12 @@ Each is described by a pom under ``revise/infra/poms/`` and copied with
 hash makes a second call free: nothing is downloaded unless the pom changed. Spark sessions get
 these local paths (``spark.jars``); nothing is downloaded at query time.
 
-A third artifact is revise's own: the Java classes under ``revise/infra/java/`` (the parse's
-accepted path, ``revise.jvm.FastParse``), compiled with ``javac`` against the installed
-pyspark's jars into ``<jvm dir>/revise/revise-jvm-<hash>.jar`` (:func:`revise_jar`). The name
-holds a hash of the sources, so changed sources give a new jar and a long-lived cluster never
-runs a stale copy; sessions ship it with the others (``spark.jars``).
+A third artifact is revise's own: the Java classes under ``revise/infra/java/`` (the input
+parse's accepted paths, ``revise.jvm.FastParse`` and ``FastFields``), compiled with ``javac``
+against the installed pyspark's jars into ``<jvm dir>/revise/revise-jvm-<hash>.jar``
+(:func:`revise_jar`). The name holds a hash of the sources, so changed sources give a new jar
+and a long-lived cluster never runs a stale copy; sessions ship it with the others
+(``spark.jars``).
 
 Run ``python -m revise.infra.jars`` to resolve both and build revise's jar (the Makefile's
 ``install`` does).
