@@ -37,6 +37,8 @@ Without revise's jar on the session's classpath (a session revise did not start,
 
 from __future__ import annotations
 
+import weakref
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -58,22 +60,30 @@ _JAVA_UDFS = {
 }
 
 
+_REGISTERED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
+
+
 def java_udf(spark: SparkSession, name: str) -> bool:
     """Register the Java UDF ``name`` in ``spark`` (once); False when its class is not there.
 
     The classes come from revise's jar (:func:`revise.infra.jars.revise_jar`), which
     :func:`revise.spark.session.spark_session` puts in ``spark.jars``: a session started
-    otherwise may lack it, and the parse then takes its SQL path for every record.
+    otherwise may lack it, and the parse then takes its SQL path for every record. (Asking
+    the catalog whether the function exists would load the session catalog's plugin, Delta's,
+    which such a session may lack too.)
     """
+    from py4j.protocol import Py4JJavaError
     from pyspark.errors import AnalysisException
 
-    if spark.catalog.functionExists(name):
+    done = _REGISTERED.setdefault(spark, set())
+    if name in done:
         return True
     cls, returns = _JAVA_UDFS[name]
     try:
         spark.udf.registerJavaFunction(name, cls, returns)
-    except AnalysisException:
+    except (AnalysisException, Py4JJavaError):
         return False
+    done.add(name)
     return True
 
 
