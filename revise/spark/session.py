@@ -17,6 +17,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from revise.errors import ConfigError
@@ -150,7 +151,10 @@ def spark_session(
     if own is None:
         print("revise: no javac, so no revise jar: the input parse takes its slower SQL path "
               "(install a JDK 17 and run `python -m revise.infra.jars`)", file=sys.stderr)
-    jars = ",".join(str(p) for p in [*classpath("spark"), *([own] if own else [])])
+    jar_paths = [*classpath("spark"), *([own] if own else [])]
+    if submitted:
+        _load_in_driver(jar_paths)
+    jars = ",".join(str(p) for p in jar_paths)
     conf = {
         "spark.jars": jars,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -209,6 +213,31 @@ def spark_session(
     # Executors of a real cluster may lack revise: ship this driver's copy (no-op on local[*]).
     ship_to_executors(spark)
     return spark
+
+
+def _load_in_driver(jars: list[Path]) -> None:
+    """Under ``spark-submit``: put ``jars`` on the running driver JVM's class loader.
+
+    spark-submit starts the driver JVM, with its class loader, before revise runs: the
+    ``spark.jars`` given to the builder then reach the executors but not the driver, where
+    Spark's Kafka source, Delta's SQL extension and catalog, and revise's Java UDFs must load
+    ("Failed to find data source: kafka"). spark-submit's loader is Spark's
+    ``MutableURLClassLoader``, which takes more jars at run time; any other is left alone
+    (``--jars`` then does it).
+    """
+    from pyspark import SparkContext
+
+    SparkContext._ensure_initialized()
+    jvm = SparkContext._jvm
+    assert jvm is not None
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    if loader is None or not loader.getClass().getName().endswith("MutableURLClassLoader"):
+        return
+    present = {url.toString() for url in loader.getURLs()}
+    for jar in jars:
+        url = jvm.java.io.File(str(jar)).toURI().toURL()
+        if url.toString() not in present:
+            loader.addURL(url)
 
 
 JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")

@@ -15,17 +15,17 @@ after SIGTERM, before it sends SIGKILL."""
 
 
 class CliRun:
-    """``python -m revise <args>`` (or another ``module``) in its own process group (so the JVM
-    dies with it)."""
+    """``python -m revise <args>`` (or another ``module``, or ``command`` such as
+    ``spark-submit …``) in its own process group (so the JVM dies with it)."""
 
     def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
-                 log: Path, module: str = "revise") -> None:
+                 log: Path, module: str = "revise", command: list[str] | None = None) -> None:
         full_env = {k: v for k, v in os.environ.items() if k != "REVISE_CRASH_AT"}
         full_env.update(env or {})
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args], cwd=cwd, env=full_env,
+            [*(command or [sys.executable, "-m", module]), *args], cwd=cwd, env=full_env,
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 

@@ -8,6 +8,8 @@
   as the same function run here, and says it loaded them from the zip the driver shipped.
 - The real job (``revise run --master spark://… --once``, its own process) on a 2-worker
   cluster and on ``local`` give identical revisions for the same input and micro-batches.
+- The real job under ``spark-submit --master spark://…`` (docs/CLUSTER.md): the driver JVM
+  spark-submit started loads the Kafka source, Delta and revise's UDFs, exactly-once holds.
 - SIGKILL of one Worker's executor JVM mid-run: Spark reruns its tasks on a new executor and
   exactly-once holds.
 
@@ -307,6 +309,46 @@ def test_job_gives_the_same_revisions_on_the_cluster_and_locally(
         got_l = _normalized(read_delta(local.delta_path, table), last_l)
         assert len(got_c) > 0 and got_c == got_l, f"{table} differ ({len(got_c)} vs {len(got_l)})"
     print(f"cluster run {cluster_s:.0f}s")
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+@pytest.mark.delta
+def test_job_under_spark_submit_on_the_cluster_is_exactly_once(
+    cluster: spark_cluster.SparkCluster, isolated_python: str, job_setup: Any,
+) -> None:
+    """``spark-submit --master spark://… revise/__main__.py run …``, as docs/CLUSTER.md says.
+
+    spark-submit starts the driver JVM before revise: the Kafka source, Delta's extension and
+    revise's Java UDFs load in that driver only because ``spark_session`` adds its jars to the
+    running class loader (before, "Failed to find data source: kafka").
+    """
+    setup = job_setup("submit", max_records_per_batch=400)
+    stream = generate(GeneratorConfig(events=800, keys=8, seed=5, disorder_ms=2_000,
+                                      late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.04))
+    produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
+    setup.workdir.mkdir(parents=True, exist_ok=True)
+    submit = [str(spark_cluster.spark_home() / "bin" / "spark-submit"),
+              "--master", cluster.master_url,
+              "--conf", f"spark.pyspark.python={isolated_python}",
+              "--conf", f"spark.pyspark.driver.python={sys.executable}",
+              str(REPO / "revise" / "__main__.py")]
+    webui = f"http://127.0.0.1:{cluster.webui_port}"
+
+    def apps() -> set[str]:
+        state = _master_json(webui)
+        return {a["id"] for a in [*state.get("activeapps", []), *state.get("completedapps", [])]}
+
+    before = apps()
+    run = CliRun(setup.cli_args(), command=submit, cwd=setup.workdir,
+                 log=setup.workdir / "submit-run.log",
+                 env={**DRIVER_ENV, "PYSPARK_PYTHON": isolated_python,
+                      "PYSPARK_DRIVER_PYTHON": sys.executable})
+    rc = run.wait(900)
+    assert rc == 0, run.tail()
+    assert len(apps() - before) == 1, "the job ran as an application of the cluster"
+    report = check_run(setup)  # exactly once, FINAL = the oracle, under spark-submit too
+    assert report.revisions > 0 and report.dead > 0
 
 
 # --------------------------------------------------------------------------- executor failure
