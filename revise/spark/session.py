@@ -145,8 +145,8 @@ def spark_session(
     if shuffle_partitions is None:
         local = master is not None and master.startswith("local")
         shuffle_partitions = max(2, 2 * (os.cpu_count() or 2)) if local else 64
-    # Maven's Kafka connector and Delta jars, and revise's own (the parse's accepted path in
-    # Java, revise.spark.parse): the driver ships them all to a cluster's executors.
+    # Maven's Kafka connector and Delta jars, and revise's own (the input parse's accepted
+    # paths in Java: revise.spark.parse, fields): the driver ships them all to the executors.
     own = revise_jar()
     if own is None:
         print("revise: no javac, so no revise jar: the input parse takes its slower SQL path "

@@ -2,7 +2,6 @@ package revise.jvm;
 
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
-import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadFeature;
 import java.io.IOException;
@@ -67,9 +66,9 @@ final class JsonBytes {
     }
     try (JsonParser p = FACTORY.createParser(bytes)) {
       return fields(p, keyField, tsField, numeric, allNumbers);
-    } catch (JsonProcessingException e) {
-      return null;
-    } catch (IOException e) {
+    } catch (IOException | RuntimeException e) {
+      // Invalid JSON, a Jackson limit, anything unforeseen: not sure. This path is only ever
+      // a shortcut, so it must not fail a task where the SQL parse would give a reason.
       return null;
     }
   }
