@@ -45,9 +45,9 @@ from revise.spark.parse import (
     _MAX_TS,
     FAST_FIELDS_UDF,
     INTEGER_TYPES,
+    LAZY_VARIANT,
     _sql_str,
-    java_null,
-    java_udf,
+    java_fields,
     json_number,
     json_string,
 )
@@ -253,14 +253,13 @@ def classify_fields(raw: DataFrame, spec: InputSpec, *, fast: bool = True) -> Da
     dsts = [_scalar_check(i, f, "d", string_only=False)
             for i, f in enumerate(spec.distinct_fields)]
     checks = [*keys, ts, *nums, *dsts]
-    fast = fast and _java_path(spec) and java_udf(raw.sparkSession, FAST_FIELDS_UDF)
-    udf = (f"{FAST_FIELDS_UDF}(value, {_sql_str(spec.key_fields[0])}, {_sql_str(spec.ts_field)}, "
-           f"{_sql_str(chr(0).join(spec.numeric_fields))})")
     # _f: the UDF's fields, or NULL when it is not sure; only then is the variant _v built.
     df = raw.select(
         F.col("value").cast("string").alias("raw_value"), "topic", "partition", "offset",
-        "timestamp", F.expr(udf if fast else java_null(FAST_FIELDS_UDF)).alias("_f"),
-    ).withColumn("_v", F.expr("CASE WHEN _f IS NULL THEN try_parse_json(raw_value) END"))
+        "timestamp",
+        java_fields(raw.sparkSession, FAST_FIELDS_UDF, spec.key_fields[0], spec.ts_field,
+                    chr(0).join(spec.numeric_fields), use=fast and _java_path(spec)),
+    ).withColumn("_v", F.expr(LAZY_VARIANT))
     df = df.select("*", *(c for check in checks for c in check.subs))
     df = df.select("*", *(c for check in checks for c in check.pre))
     cheap = " AND ".join(f"({c.fast})" for c in checks)

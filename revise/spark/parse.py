@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import weakref
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from revise.inputspec import spark_path as _path
 
-__all__ = ["FAST_FIELDS_UDF", "FAST_PARSE_UDF", "INTEGER_TYPES", "classify", "java_null",
-           "java_udf", "json_number", "json_string"]
+__all__ = ["FAST_FIELDS_UDF", "FAST_PARSE_UDF", "INTEGER_TYPES", "LAZY_VARIANT", "classify",
+           "java_fields", "java_udf", "json_number", "json_string"]
 
 INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 _MAX_TS = 2**53
@@ -87,9 +87,21 @@ def java_udf(spark: SparkSession, name: str) -> bool:
     return True
 
 
-def java_null(name: str) -> str:
-    """SQL of a NULL of the Java UDF ``name``'s type (its column when the path is off)."""
-    return f"CAST(NULL AS {_JAVA_UDFS[name][1]})"
+def java_fields(spark: SparkSession, name: str, *args: str | bool, use: bool = True) -> Column:
+    """Column ``_f``: the Java UDF ``name`` on the Kafka ``value`` with literal ``args``.
+
+    A NULL of its type instead when ``use`` is False or ``spark`` lacks the class
+    (:func:`java_udf`): then every record takes the SQL path (:data:`LAZY_VARIANT`).
+    """
+    if use and java_udf(spark, name):
+        literals = ", ".join(("true" if a else "false") if isinstance(a, bool) else _sql_str(a)
+                             for a in args)
+        return F.expr(f"{name}(value, {literals})").alias("_f")
+    return F.expr(f"CAST(NULL AS {_JAVA_UDFS[name][1]})").alias("_f")
+
+
+LAZY_VARIANT = "CASE WHEN _f IS NULL THEN try_parse_json(raw_value) END"
+"""SQL of ``_v``: the value as a variant, built only where the Java UDF was not sure."""
 
 
 def _sql_str(text: str) -> str:
@@ -158,18 +170,15 @@ def classify(
     """
     kp, tp, vp = (_sql_str(_path(f)) for f in (key_field, ts_field, value_field))
     kq, tq, vq = (_sql_str(f"'{f}'") for f in (key_field, ts_field, value_field))
-    fast = (fast and len({key_field, ts_field, value_field}) == 3
-            and java_udf(raw.sparkSession, FAST_PARSE_UDF))
     # _f: the UDF's fields, or NULL when it is not sure; only then is the variant _v built.
-    udf = (f"{FAST_PARSE_UDF}(value, {_sql_str(key_field)}, {_sql_str(ts_field)}, "
-           f"{_sql_str(value_field)}, {'true' if value_required else 'false'})")
     df = raw.select(
         F.col("value").cast("string").alias("raw_value"),
         F.col("topic"),
         F.col("partition"),
         F.col("offset"),
-        F.expr(udf if fast else java_null(FAST_PARSE_UDF)).alias("_f"),
-    ).withColumn("_v", F.expr("CASE WHEN _f IS NULL THEN try_parse_json(raw_value) END"))
+        java_fields(raw.sparkSession, FAST_PARSE_UDF, key_field, ts_field, value_field,
+                    value_required, use=fast and len({key_field, ts_field, value_field}) == 3),
+    ).withColumn("_v", F.expr(LAZY_VARIANT))
     # Each field looked up once; its JSON text (``to_json``) computed once per row, from which
     # the cheap test reads and tests everything: typed reads go through the text
     # (:func:`json_number`, :func:`json_string`), not a typed variant_get (a Cast per value),

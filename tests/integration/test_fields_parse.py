@@ -19,7 +19,7 @@ from test_parse import DEFAULT_CASES, NO_VALUE_CASES, REFUSED_CASES, corpus
 from revise.aggspec import AggList
 from revise.errors import ConfigError
 from revise.spark.fields import InputSpec, _java_path, classify_fields, parse_key_fields
-from revise.spark.parse import FAST_FIELDS_UDF, _sql_str
+from revise.spark.parse import FAST_FIELDS_UDF, java_fields
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -113,10 +113,9 @@ def test_java_path_gives_what_the_sql_path_gives(spark: SparkSession, name: str)
     # hundreds of rejected ones, and the Java path refused the cases it must refuse.
     raw = spark.createDataFrame([(v, "in", 0, i, KAFKA_TS) for i, v in enumerate(records)],
                                 SCHEMA)
-    args = ", ".join(_sql_str(f) for f in
-                     (spec.key_fields[0], spec.ts_field, chr(0).join(spec.numeric_fields)))
-    taken = {r["offset"] for r in raw.where(f"{FAST_FIELDS_UDF}(value, {args}) IS NOT NULL")
-             .select("offset").collect()}
+    udf = java_fields(spark, FAST_FIELDS_UDF, spec.key_fields[0], spec.ts_field,
+                      chr(0).join(spec.numeric_fields))
+    taken = {r["offset"] for r in raw.where(udf.isNotNull()).select("offset").collect()}
     accepted = {i for i, row in enumerate(sql) if row[0] is None}
     assert taken <= accepted
     assert len(taken) > 0.6 * len(accepted) and len(records) - len(accepted) > 500

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from revise.spark.parse import FAST_PARSE_UDF, classify, json_number, json_string
+from revise.spark.parse import (
+    FAST_PARSE_UDF,
+    classify,
+    java_fields,
+    json_number,
+    json_string,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -352,10 +358,9 @@ def test_java_path_gives_what_the_sql_path_gives(spark: SparkSession, group: str
     raw = spark.createDataFrame([(v, "in", i % 3, i) for i, v in enumerate(records)], SCHEMA)
     fast, sql = classify(raw, **options), classify(raw, **options, fast=False)
     assert _uses_java_path(fast)
-    took = raw.selectExpr("offset", f"{FAST_PARSE_UDF}(value, '{names['key_field']}', "
-                                    f"'{names['ts_field']}', '{names['value_field']}', "
-                                    f"{str(options.get('value_required', True)).lower()}) "
-                                    "IS NOT NULL AS took")
+    took = raw.select("offset", java_fields(
+        spark, FAST_PARSE_UDF, names["key_field"], names["ts_field"], names["value_field"],
+        options.get("value_required", True)).isNotNull().alias("took"))
 
     def rows(df: Any) -> dict[int, tuple[Any, ...]]:
         return {r["offset"]: (r["raw_value"], r["reason"], r["key"], r["ts_ms"],
