@@ -45,11 +45,11 @@ from revise.spark.parse import (
     _MAX_TS,
     FAST_FIELDS_UDF,
     INTEGER_TYPES,
-    LAZY_VARIANT,
     _sql_str,
     java_fields,
     json_number,
     json_string,
+    lazy_variant,
 )
 
 __all__ = ["KAFKA_TIMESTAMP", "InputSpec", "TsFormat", "classify_fields", "parse_key_fields"]
@@ -259,7 +259,7 @@ def classify_fields(raw: DataFrame, spec: InputSpec, *, fast: bool = True) -> Da
         "timestamp",
         java_fields(raw.sparkSession, FAST_FIELDS_UDF, spec.key_fields[0], spec.ts_field,
                     chr(0).join(spec.numeric_fields), use=fast and _java_path(spec)),
-    ).withColumn("_v", F.expr(LAZY_VARIANT))
+    ).withColumn("_v", lazy_variant())
     df = df.select("*", *(c for check in checks for c in check.subs))
     df = df.select("*", *(c for check in checks for c in check.pre))
     cheap = " AND ".join(f"({c.fast})" for c in checks)

@@ -54,6 +54,7 @@ from revise.spark.tws_input import install as _install_columnar_input
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql.streaming.state import GroupState
+    from pyspark.sql.types import StructType
 
 try:  # the workers and the driver have pyspark; the engine's own tests need not
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _StatefulProcessor
@@ -68,14 +69,14 @@ __all__ = [
     "KIND_SCHEMAS",
     "LEGACY_COLUMNS",
     "InputColumns",
-    "OUTPUT_DDL",
-    "STATE_DDL",
     "BatchTables",
     "ShardProcessor",
     "decode_output",
     "encode_output",
     "kind_schemas",
     "make_state_fn",
+    "output_type",
+    "state_type",
 ]
 
 KIND_SCHEMAS: Final[dict[str, pa.Schema]] = {
@@ -92,9 +93,24 @@ def kind_schemas(revision_schema: pa.Schema = REVISION_SCHEMA) -> dict[str, pa.S
     return {**KIND_SCHEMAS, "revision": revision_schema}
 
 
-OUTPUT_DDL: Final = "kind STRING, rows BIGINT, payload BINARY"
-STATE_DDL: Final = "snapshot BINARY"
-"""The state of :func:`make_state_fn` (the ``snapshot`` layout): one snapshot per shard."""
+def output_type() -> StructType:
+    """The operator's output rows: Arrow IPC chunks (``payload``) of one ``kind`` each.
+
+    A type object, not DDL text, which the cold JVM's SQL parser would read at the job's start.
+    """
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructType
+
+    return (StructType().add("kind", StringType()).add("rows", LongType())
+            .add("payload", BinaryType()))
+
+
+def state_type() -> StructType:
+    """The state of :func:`make_state_fn` (the ``snapshot`` layout): one snapshot per shard."""
+    from pyspark.sql.types import BinaryType, StructType
+
+    return StructType().add("snapshot", BinaryType())
+
+
 CHUNK_ROWS = 250_000
 """Rows per IPC chunk (~120 MB of revisions at most): far below Spark's 2 GB value limit."""
 

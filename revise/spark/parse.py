@@ -41,11 +41,13 @@ import weakref
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, DoubleType, LongType, StringType, StructType
 
 from revise.inputspec import spark_path as _path
 
-__all__ = ["FAST_FIELDS_UDF", "FAST_PARSE_UDF", "INTEGER_TYPES", "LAZY_VARIANT", "classify",
-           "java_fields", "java_udf", "json_number", "json_string"]
+__all__ = ["FAST_FIELDS_UDF", "FAST_PARSE_UDF", "INTEGER_TYPES", "classify",
+           "java_fields", "java_udf", "json_number", "json_string", "json_string_column",
+           "lazy_variant"]
 
 INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 _MAX_TS = 2**53
@@ -53,11 +55,14 @@ FAST_PARSE_UDF = "revise_fast_parse"
 """The SQL name of this module's accepted path in Java (``revise.jvm.FastParse``)."""
 FAST_FIELDS_UDF = "revise_fast_fields"
 """The SQL name of :mod:`revise.spark.fields`' accepted path in Java (``revise.jvm.FastFields``)."""
-_JAVA_UDFS = {
-    FAST_PARSE_UDF: ("revise.jvm.FastParse", "struct<key:string,ts:bigint,value:double>"),
-    FAST_FIELDS_UDF: ("revise.jvm.FastFields",
-                      "struct<key:string,ts:bigint,values:array<double>>"),
+_JAVA_UDFS: dict[str, tuple[str, DataType]] = {
+    FAST_PARSE_UDF: ("revise.jvm.FastParse", StructType().add("key", StringType())
+                     .add("ts", LongType()).add("value", DoubleType())),
+    FAST_FIELDS_UDF: ("revise.jvm.FastFields", StructType().add("key", StringType())
+                      .add("ts", LongType()).add("values", ArrayType(DoubleType()))),
 }
+"""Each UDF's class and return type (a type object: a DDL string would be parsed by the cold
+JVM's SQL parser at the job's start)."""
 
 
 _REGISTERED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
@@ -91,17 +96,16 @@ def java_fields(spark: SparkSession, name: str, *args: str | bool, use: bool = T
     """Column ``_f``: the Java UDF ``name`` on the Kafka ``value`` with literal ``args``.
 
     A NULL of its type instead when ``use`` is False or ``spark`` lacks the class
-    (:func:`java_udf`): then every record takes the SQL path (:data:`LAZY_VARIANT`).
+    (:func:`java_udf`): then every record takes the SQL path (:func:`lazy_variant`).
     """
     if use and java_udf(spark, name):
-        literals = ", ".join(("true" if a else "false") if isinstance(a, bool) else _sql_str(a)
-                             for a in args)
-        return F.expr(f"{name}(value, {literals})").alias("_f")
-    return F.expr(f"CAST(NULL AS {_JAVA_UDFS[name][1]})").alias("_f")
+        return F.call_udf(name, F.col("value"), *(F.lit(a) for a in args)).alias("_f")
+    return F.lit(None).cast(_JAVA_UDFS[name][1]).alias("_f")
 
 
-LAZY_VARIANT = "CASE WHEN _f IS NULL THEN try_parse_json(raw_value) END"
-"""SQL of ``_v``: the value as a variant, built only where the Java UDF was not sure."""
+def lazy_variant() -> Column:
+    """Column ``_v``: the value as a variant, built only where the Java UDF was not sure."""
+    return F.when(F.col("_f").isNull(), F.try_parse_json(F.col("raw_value")))
 
 
 def _sql_str(text: str) -> str:
@@ -121,6 +125,13 @@ def json_number(sub: str, path: str, sql_type: str) -> str:
     """
     return (f"coalesce(try_cast(to_json({sub}) AS {sql_type}), "
             f"try_variant_get(_v, {path}, '{sql_type}'))")
+
+
+def json_string_column(text: Column, path: str) -> Column:
+    """:func:`json_string` as a column (``path`` the variant path itself, not SQL)."""
+    return F.when(text.startswith('"') & (F.instr(text, "\\") == 0),
+                  text.substr(F.lit(2), F.length(text) - 2)).otherwise(
+        F.variant_get(F.col("_v"), path, "string"))
 
 
 def json_string(text: str, path: str) -> str:
@@ -168,39 +179,45 @@ def classify(
         ValueError: a field name contains both quote characters and a ``.`` or ``[``, which
             Spark's variant path syntax cannot express.
     """
-    kp, tp, vp = (_sql_str(_path(f)) for f in (key_field, ts_field, value_field))
-    kq, tq, vq = (_sql_str(f"'{f}'") for f in (key_field, ts_field, value_field))
+    kp, tp, vp = (_path(f) for f in (key_field, ts_field, value_field))
+    kq, tq, vq = (f"'{f}'" for f in (key_field, ts_field, value_field))
+    c, v = F.col, F.col("_v")
     # _f: the UDF's fields, or NULL when it is not sure; only then is the variant _v built.
     df = raw.select(
-        F.col("value").cast("string").alias("raw_value"),
-        F.col("topic"),
-        F.col("partition"),
-        F.col("offset"),
+        c("value").cast(StringType()).alias("raw_value"),
+        c("topic"),
+        c("partition"),
+        c("offset"),
         java_fields(raw.sparkSession, FAST_PARSE_UDF, key_field, ts_field, value_field,
                     value_required, use=fast and len({key_field, ts_field, value_field}) == 3),
-    ).withColumn("_v", F.expr(LAZY_VARIANT))
+    ).withColumn("_v", lazy_variant())
     # Each field looked up once; its JSON text (``to_json``) computed once per row, from which
     # the cheap test reads and tests everything: typed reads go through the text
     # (:func:`json_number`, :func:`json_string`), not a typed variant_get (a Cast per value),
     # and the type tests are tests on the text, not ``schema_of_variant`` (which builds a
     # DataType and its SQL name per value): only rejected records pay for those.
-    df = df.select("*", *(F.expr(f"variant_get(_v, {path})").alias(sub)
+    df = df.select("*", *(F.variant_get(v, path, "variant").alias(sub)
                           for sub, path in (("_kv", kp), ("_tv_", tp), ("_vv", vp))))
-    df = df.select("*", *(F.expr(f"to_json({sub})").alias(text)
+    df = df.select("*", *(F.to_json(c(sub)).alias(text)
                           for sub, text in (("_kv", "_kj"), ("_tv_", "_tj"), ("_vv", "_vj"))))
-    df = df.select("*", F.expr("try_cast(_tj AS bigint)").alias("_tq"),
-                   F.expr("try_cast(_vj AS double)").alias("_vq"))
+    df = df.select("*", c("_tj").try_cast(LongType()).alias("_tq"),
+                   c("_vj").try_cast(DoubleType()).alias("_vq"))
     df = df.select(
         "*",
-        F.expr(f"coalesce(_tq, try_variant_get(_v, {tp}, 'bigint'))").alias("_ts"),
-        F.expr(f"coalesce(_vq, try_variant_get(_v, {vp}, 'double'))").alias("_val"),
+        F.coalesce(c("_tq"), F.try_variant_get(v, tp, "bigint")).alias("_ts"),
+        F.coalesce(c("_vq"), F.try_variant_get(v, vp, "double")).alias("_val"),
     )
-    tk, tt, tv = (f"schema_of_variant({sub})" for sub in ("_kv", "_tv_", "_vv"))
-    ints = ", ".join(_sql_str(t) for t in INTEGER_TYPES)
-    ts_dec = f"try_variant_get(_v, {tp}, 'decimal(38,0)')"
-    is_int = f"({tt} IN ({ints}) OR ({tt} LIKE 'DECIMAL(%,0)'))"
-    is_num = f"({tv} IN ({ints}, 'FLOAT', 'DOUBLE') OR {tv} LIKE 'DECIMAL(%')"
-    finite = "(NOT isnan({x}) AND abs({x}) <> double('infinity'))"
+    tk, tt, tv = (F.schema_of_variant(c(sub)) for sub in ("_kv", "_tv_", "_vv"))
+    ts_dec = F.try_variant_get(v, tp, "decimal(38,0)")
+    is_int = tt.isin(*INTEGER_TYPES) | tt.like("DECIMAL(%,0)")
+    is_num = tv.isin(*INTEGER_TYPES, "FLOAT", "DOUBLE") | tv.like("DECIMAL(%")
+
+    def finite(x: Column) -> Column:
+        return ~F.isnan(x) & (F.abs(x) != F.lit(float("inf")))
+
+    def says(*parts: str | Column) -> Column:
+        return F.concat(*(F.lit(p) if isinstance(p, str) else p for p in parts))
+
     # The cheap test on the texts: only a JSON string's text starts with a quote, and a key
     # lookup on anything but an object is NULL, so that proves the value is a JSON object too.
     # Only an integer's text reads as a bigint (a LONG, or a DECIMAL of scale 0 like ``12.0``,
@@ -208,41 +225,44 @@ def classify(
     # point, which the read refuses). Any JSON number's text reads as a double (one beyond its
     # range as an infinity, which the finite test sends on) and no other text does (a string's
     # is in quotes; ``true`` and ``null`` do not read): a NULL fails the test.
-    cheap = f"startswith(_kj, '\"') AND _tq >= 0 AND _tq < {_MAX_TS}"
-    value_checks = ""
+    cheap = c("_kj").startswith('"') & (c("_tq") >= 0) & (c("_tq") < _MAX_TS)
     if value_required:
-        cheap += f" AND {finite.format(x='_vq')}"
-        value_checks = f"""
-        WHEN _vv IS NULL THEN concat('missing field ', {vq})
-        WHEN {tv} = 'VOID' THEN concat('field ', {vq}, ' is null')
-        WHEN NOT {is_num} THEN concat('field ', {vq}, ' must be a number, got ', {tv})
-        WHEN _val IS NULL OR NOT {finite.format(x='_val')}
-          THEN concat('field ', {vq}, ' is not a finite number')"""
+        cheap = cheap & finite(c("_vq"))
     # CASE evaluates a branch only when the earlier ones failed: the schemas, the whole-value
     # schema and the decimal range check below run for rejected (and rare odd-but-valid)
-    # records only.
-    reason = f"""CASE
-        WHEN _f IS NOT NULL OR ({cheap}) THEN NULL
-        WHEN raw_value IS NULL OR trim(raw_value) = '' THEN 'empty value'
-        WHEN _v IS NULL THEN 'invalid JSON'
-        WHEN _kv IS NULL AND schema_of_variant(_v) NOT LIKE 'OBJECT%' THEN concat(
-             'value is a JSON ', lower(regexp_extract(schema_of_variant(_v), '^([A-Z]+)', 1)),
-             ', expected an object')
-        WHEN _kv IS NULL THEN concat('missing field ', {kq})
-        WHEN {tk} = 'VOID' THEN concat('field ', {kq}, ' is null')
-        WHEN {tk} <> 'STRING' THEN concat('field ', {kq}, ' must be a string, got ', {tk})
-        WHEN _tv_ IS NULL THEN concat('missing field ', {tq})
-        WHEN {tt} = 'VOID' THEN concat('field ', {tq}, ' is null')
-        WHEN NOT {is_int} THEN concat('field ', {tq}, ' must be an integer (epoch ms), got ', {tt})
-        WHEN {ts_dec} IS NULL OR {ts_dec} < 0 OR {ts_dec} >= {_MAX_TS}
-          THEN concat('field ', {tq}, ' is out of range [0, 2^53): ',
-                      variant_get(_v, {tp}, 'string'))
-        {value_checks}
-        ELSE NULL END"""
-    ok = F.col("reason").isNull()
-    took = F.col("_f").isNotNull()
+    # records only. Columns, not SQL text: the cold JVM's SQL parser took 0.3-0.5 s of the
+    # job's start to read this chain.
+    checks: list[tuple[Column, Column | None]] = [
+        (c("_f").isNotNull() | cheap, None),
+        (c("raw_value").isNull() | (F.trim(c("raw_value")) == ""), F.lit("empty value")),
+        (v.isNull(), F.lit("invalid JSON")),
+        (c("_kv").isNull() & ~F.schema_of_variant(v).like("OBJECT%"), says(
+            "value is a JSON ", F.lower(F.regexp_extract(F.schema_of_variant(v), "^([A-Z]+)", 1)),
+            ", expected an object")),
+        (c("_kv").isNull(), says("missing field ", kq)),
+        (tk == "VOID", says("field ", kq, " is null")),
+        (tk != "STRING", says("field ", kq, " must be a string, got ", tk)),
+        (c("_tv_").isNull(), says("missing field ", tq)),
+        (tt == "VOID", says("field ", tq, " is null")),
+        (~is_int, says("field ", tq, " must be an integer (epoch ms), got ", tt)),
+        (ts_dec.isNull() | (ts_dec < 0) | (ts_dec >= _MAX_TS),
+         says("field ", tq, " is out of range [0, 2^53): ", F.variant_get(v, tp, "string"))),
+    ]
+    if value_required:
+        checks += [
+            (c("_vv").isNull(), says("missing field ", vq)),
+            (tv == "VOID", says("field ", vq, " is null")),
+            (~is_num, says("field ", vq, " must be a number, got ", tv)),
+            (c("_val").isNull() | ~finite(c("_val")),
+             says("field ", vq, " is not a finite number")),
+        ]
+    reason = F.when(checks[0][0], F.lit(None).cast(StringType()))
+    for test, why in checks[1:]:
+        reason = reason.when(test, why)
+    ok = c("reason").isNull()
+    took = c("_f").isNotNull()
     return df.select(
-        "raw_value", "topic", "partition", "offset", F.expr(reason).alias("reason"),
+        "raw_value", "topic", "partition", "offset", reason.alias("reason"),
         "_f", "_v", "_kj", "_ts", "_val",
     ).select(
         "raw_value",
@@ -250,9 +270,9 @@ def classify(
         "partition",
         "offset",
         "reason",
-        F.when(took, F.col("_f.key")).when(ok, F.expr(json_string("_kj", kp))).alias("key"),
+        F.when(took, c("_f.key")).when(ok, json_string_column(c("_kj"), kp)).alias("key"),
         # An accepted ts is an integer in [0, 2**53), which the bigint read gives exactly.
-        F.when(took, F.col("_f.ts")).when(ok, F.col("_ts")).alias("ts_ms"),
-        F.when(took, F.col("_f.value"))
-        .when(ok, F.coalesce(F.col("_val"), F.lit(0.0))).alias("value"),
+        F.when(took, c("_f.ts")).when(ok, c("_ts")).alias("ts_ms"),
+        F.when(took, c("_f.value"))
+        .when(ok, F.coalesce(c("_val"), F.lit(0.0))).alias("value"),
     )

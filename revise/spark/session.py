@@ -191,6 +191,10 @@ def spark_session(
         # The job's plans have ~40 columns: print them whole, without a warning that they
         # were truncated at the default 25 fields.
         "spark.sql.debug.maxToStringFields": "200",
+        # PySpark's DataFrame call-site capture: 3 JVM calls, a walk of the Python stack and
+        # (once) an IPython import per DataFrame or Column call, for a line in the error
+        # context of user code; revise's queries are its own (0.3 s of a job's start).
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         # Kafka secrets (sasl.jaas.config, passwords) as *** in plans, UI and event logs;
         # spark.redaction.regex can only be set before the session starts.
         **spark_redaction_conf(),

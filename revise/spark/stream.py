@@ -31,11 +31,11 @@ from revise.jobconfig import JobConfig
 from revise.spark.fields import classify_fields
 from revise.spark.operator import (
     LEGACY_COLUMNS,
-    OUTPUT_DDL,
-    STATE_DDL,
     InputColumns,
     ShardProcessor,
     make_state_fn,
+    output_type,
+    state_type,
 )
 from revise.spark.parse import classify
 
@@ -75,6 +75,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         control_dir: The directory of the control source (close-all command files).
     """
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     reader = (
@@ -89,22 +90,24 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
     data = parsed_input(reader.load(), cfg).select(
         "key", "ts_ms", *fields.names, "partition", "offset", "reason",
         F.when(F.col("reason").isNotNull(), F.col("raw_value")).alias("raw_value"),
-        F.lit(None).cast("string").alias("command"),
-        F.when(
-            F.col("reason").isNull(), F.expr(f"pmod(xxhash64(key), {cfg.shards})")
-        ).otherwise(F.expr(f"pmod(offset, {cfg.shards})")).cast("int").alias("shard"),
+        F.lit(None).cast(T.StringType()).alias("command"),
+        F.when(F.col("reason").isNull(), F.pmod(F.xxhash64(F.col("key")), F.lit(cfg.shards)))
+        .otherwise(F.pmod(F.col("offset"), F.lit(cfg.shards)))
+        .cast(T.IntegerType()).alias("shard"),
     )
     control = (
-        spark.readStream.schema("command STRING, shard INT")
+        spark.readStream.schema(T.StructType().add("command", T.StringType())
+                                .add("shard", T.IntegerType()))
         .json(control_dir)
         .select(
-            F.lit(None).cast("string").alias("key"),
-            F.lit(None).cast("bigint").alias("ts_ms"),
-            *(F.lit(None).cast(t).alias(n) for n, t in fields.items()),
-            F.lit(None).cast("int").alias("partition"),
-            F.lit(None).cast("bigint").alias("offset"),
-            F.lit(None).cast("string").alias("reason"),
-            F.lit(None).cast("string").alias("raw_value"),
+            F.lit(None).cast(T.StringType()).alias("key"),
+            F.lit(None).cast(T.LongType()).alias("ts_ms"),
+            *(F.lit(None).cast(T.DoubleType() if t == "double" else T.StringType()).alias(n)
+              for n, t in fields.items()),
+            F.lit(None).cast(T.IntegerType()).alias("partition"),
+            F.lit(None).cast(T.LongType()).alias("offset"),
+            F.lit(None).cast(T.StringType()).alias("reason"),
+            F.lit(None).cast(T.StringType()).alias("raw_value"),
             "command",
             "shard",
         )
@@ -113,8 +116,8 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         data.unionByName(control)
         .withColumn(
             "event_time",
-            F.expr("timestamp_millis(CASE WHEN reason IS NULL AND command IS NULL "
-                   "THEN ts_ms ELSE 0 END)"),
+            F.timestamp_millis(F.when(F.col("reason").isNull() & F.col("command").isNull(),
+                                      F.col("ts_ms")).otherwise(F.lit(0))),
         )
         .withWatermark("event_time", f"{cfg.engine.watermark_delay_ms} milliseconds")
     )
@@ -123,11 +126,11 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         processor = ShardProcessor(cfg.engine, cfg.input_topic, fields,
                                    token=f"{cfg.query_id}@{cfg.checkpoint}")
         return shards.transformWithStateInPandas(
-            statefulProcessor=processor, outputStructType=OUTPUT_DDL, outputMode="Update",
+            statefulProcessor=processor, outputStructType=output_type(), outputMode="Update",
             timeMode="EventTime",
         )
     return shards.applyInPandasWithState(
-        make_state_fn(cfg.engine, cfg.input_topic, fields), OUTPUT_DDL, STATE_DDL, "Update",
+        make_state_fn(cfg.engine, cfg.input_topic, fields), output_type(), state_type(), "Update",
         GroupStateTimeout.EventTimeTimeout,
     )
 
@@ -149,10 +152,11 @@ def _keep_late_rows(events: DataFrame, delay_ms: int) -> DataFrame:
     Spark's filter keeps every row (pinned by tests/integration/test_spark_semantics.py).
     """
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     return events.drop("event_time").withColumn(
         "event_time",
-        F.lit(LATE_GUARD_MS).cast("bigint").alias(
+        F.lit(LATE_GUARD_MS).cast(T.LongType()).alias(
             "event_time", metadata={"spark.watermarkDelayMs": int(delay_ms)}),
     )
 
@@ -177,6 +181,7 @@ def parsed_input(raw: DataFrame, cfg: JobConfig) -> DataFrame:
     ``raw_value``.
     """
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     if cfg.legacy_input:
         return classify(raw, key_field=cfg.key_field.strip(), ts_field=cfg.ts_field.strip(),
@@ -187,7 +192,7 @@ def parsed_input(raw: DataFrame, cfg: JobConfig) -> DataFrame:
     if cfg.engine.aggregates.legacy:
         # The bare form on a nested --value-field: its one number is the ``value`` column.
         value = (F.col(spec.numeric_column(spec.numeric_fields[0])) if spec.numeric_fields
-                 else F.lit(None).cast("double"))
+                 else F.lit(None).cast(T.DoubleType()))
         df = df.withColumn("value", F.when(F.col("reason").isNull(),
                                            F.coalesce(value, F.lit(0.0))))
     return df
