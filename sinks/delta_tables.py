@@ -291,7 +291,12 @@ class DeltaTables:
         }
         history = {name: _conform(rows, self.schema(name)) for name, rows in history.items()}
         writes: dict[str, Callable[[], float]] = {}
+        waited: dict[str, float] = {}
         with self._history_lock:  # against commit_due_history on the job's watch thread
+            if self._stage is not None and self._stage.ending:
+                # The run stops next and commits the stage anyway: commit what waits now, then
+                # append this batch at once instead of staging it (ids stay in order).
+                waited = self._commit_staged()
             staged = self._stage is not None and self._stage.should_stage()
             if staged:  # 3a-3c wait in the stage: one commit for several batches
                 self._stage_batch(app_id, batch_id, history)
@@ -312,6 +317,8 @@ class DeltaTables:
         if defer_latest and revisions.num_rows:  # 3d, in the background
             with self._merge_errors():
                 self._merger.submit(app_id, batch_id, history["revisions"], before_latest)
+        for name, seconds in waited.items():
+            t[name] = t.get(name, 0.0) + seconds
         self.last_timings = WriteTimings(
             t["revisions"], t["late"], t["dead_letter"], t["latest"], time.perf_counter() - t0
         )
@@ -386,6 +393,15 @@ class DeltaTables:
         t = self._run_writes(writes, last, failure)
         self._stage.committed()
         return t
+
+    def end_staging(self) -> None:
+        """The run stops after its next micro-batches: append their history at once.
+
+        A bounded run calls it when it asks for its close-all (:meth:`HistoryStage.end`):
+        :meth:`flush` would commit a staged batch right after it anyway.
+        """
+        if self._stage is not None:
+            self._stage.end()
 
     def commit_due_history(self) -> bool:
         """Commit the staged batches if their interval has passed; whether it did.

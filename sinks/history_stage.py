@@ -105,17 +105,32 @@ class HistoryStage:
         self._clock = clock
         self._pending: dict[int, StagedBatch] = {}
         self._last_commit: float | None = None
+        self.ending = False
+        """Set by :meth:`end`: the run stops after its next batches."""
 
     @property
     def pending(self) -> list[StagedBatch]:
         """The staged batches, by batch id."""
         return [self._pending[b] for b in sorted(self._pending)]
 
+    def end(self) -> None:
+        """The run stops after its next batches (a bounded run's close-all): stage no more.
+
+        The stop commits whatever waits here at once, so a batch staged now would only have
+        its rows written twice (the close-all's FINALs of every open window, the run's
+        largest batch on a large state). Batches already waiting still go first
+        (:meth:`should_stage`): the caller commits them before appending the next one.
+        """
+        self.ending = True
+
     def should_stage(self) -> bool:
-        """Whether the next batch waits here: batches already wait, or the last commit is recent."""
+        """Whether the next batch waits here: batches wait already, or the last commit is recent.
+
+        Not once the run is ending (:meth:`end`), unless batches wait already.
+        """
         if self._pending:
             return True
-        if self.interval_s <= 0 or self._last_commit is None:
+        if self.ending or self.interval_s <= 0 or self._last_commit is None:
             return False
         return self._clock() - self._last_commit < self.interval_s
 

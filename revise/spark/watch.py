@@ -233,6 +233,8 @@ class JobDriver:
             if all(int(read.get(str(p), 0)) >= hi for p, hi in b.ends.items() if hi > 0):
                 ctl = _source_offsets(progress or {}, 1)
                 b.control_before = int(ctl["logOffset"]) if ctl else -1
+                # The close-all's FINALs are the last batch: no staging them for the stop.
+                self.committer.tables.end_staging()
                 b.close_file = write_close_all(self.control_dir, self.cfg.shards)
             return False
         if progress:

@@ -92,6 +92,28 @@ def test_batches_within_the_interval_wait_and_go_in_one_commit(tmp_path, delta_p
     assert tables.last_timings is not None and tables.last_timings.revisions > 0
 
 
+def test_an_ending_run_commits_what_waits_then_appends_without_staging(
+        tmp_path, delta_path, batch):
+    """After ``end_staging`` (a bounded run asked for its close-all) a batch inside the
+    interval is not staged: the batches waiting go first, in their own commit, then it."""
+    clock, stage, tables = _written(tmp_path, delta_path, batch, 3)  # 1 and 2 staged
+    assert _staged(stage) == ["batch-000000000001", "batch-000000000002"]
+    v = tables.version("revisions")
+    tables.end_staging()
+    clock.now += 1.0  # still inside the interval
+    tables.write_batch("q", 3, *batch(3))
+    assert _staged(stage) == [] and not stage.pending
+    assert tables.version("revisions") == v + 2  # batches 1-2, then batch 3
+    for name in HISTORY_TABLES:
+        assert _version(tables, name) == 3
+    assert _rows(tables, "revisions") == sorted((k, b) for k in "ab" for b in range(4))
+    assert _rows(tables, "late") == _rows(tables, "dead_letter") == [(b,) for b in range(4)]
+    clock.now += 0.5  # and so on for any batch after it
+    tables.write_batch("q", 4, *batch(4))
+    assert _staged(stage) == [] and tables.version("revisions") == v + 3
+    assert tables.last_timings is not None and tables.last_timings.revisions > 0
+
+
 def test_a_run_that_dies_with_staged_batches_writes_them_at_the_next_start(
         tmp_path, delta_path, batch):
     _clock, stage, tables = _written(tmp_path, delta_path, batch, 3)
