@@ -35,7 +35,7 @@ from revise.infra.jars import jvm_dir, revise_jar_path
 from revise.infra.procs import JVM_OPTIONS_ENV, group_alive, java, jvm_options
 
 __all__ = ["CDS_ENV", "archive_path", "driver_options", "dump_options", "small_job_command",
-           "train"]
+           "stale_note", "train"]
 
 CDS_ENV = "REVISE_CDS"
 """``0`` turns the archive off (the driver JVM starts without it)."""
@@ -79,6 +79,25 @@ def driver_options() -> list[str]:
     except (OSError, ReviseError):  # no java or pyspark: the session's start says so itself
         return []
     return [f"-XX:SharedArchiveFile={path}", *QUIET] if path.is_file() else []
+
+
+def stale_note() -> str | None:
+    """A line to print when archives exist but none for these jars: the start is ~8 s longer.
+
+    A checkout that changed revise's Java sources (a new revise jar) or the pinned jars keeps
+    the archive of the old ones, which the JVM would refuse: the driver starts without one,
+    silently, until it is retrained. None when the archive is there, off, or never trained.
+    """
+    if os.environ.get(CDS_ENV, "1") == "0":
+        return None
+    try:
+        path = archive_path()
+    except (OSError, ReviseError):
+        return None
+    if path.is_file() or not any(path.parent.glob("driver-*.jsa")):
+        return None
+    return ("revise: the JVM class archive is for other jars, so the driver starts without "
+            "it (~8 s longer): retrain it with `python -m revise.infra.cds` (or `make install`)")
 
 
 def small_job_command(bootstrap: str, topic: str, query_id: str, work: Path) -> list[str]:

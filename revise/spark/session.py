@@ -151,6 +151,9 @@ def spark_session(
     if own is None:
         print("revise: no javac, so no revise jar: the input parse takes its slower SQL path "
               "(install a JDK 17 and run `python -m revise.infra.jars`)", file=sys.stderr)
+    note = cds.stale_note()
+    if note:
+        print(note, file=sys.stderr)
     jar_paths = [*classpath("spark"), *([own] if own else [])]
     if submitted:
         _load_in_driver(jar_paths)

@@ -95,3 +95,23 @@ def test_another_java_or_other_jars_use_another_archive(monkeypatch: pytest.Monk
     own.parent.mkdir()
     own.write_bytes(b"1")
     assert cds.archive_path() != after_spark
+
+
+def test_an_archive_for_other_jars_is_named_at_start(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    """After the jars change the old archive stays; the start says to retrain it."""
+    monkeypatch.setenv("REVISE_JVM_DIR", str(tmp_path))
+    monkeypatch.delenv(cds.CDS_ENV, raising=False)
+    assert cds.stale_note() is None  # never trained: nothing to say
+    archive = cds.archive_path()
+    archive.parent.mkdir()
+    archive.write_bytes(b"")
+    assert cds.stale_note() is None  # the archive of these jars
+    own = revise_jar_path()  # a new revise jar: another key, the old archive stays
+    own.parent.mkdir()
+    own.write_bytes(b"1")
+    assert not cds.archive_path().is_file()
+    note = cds.stale_note()
+    assert note is not None and "python -m revise.infra.cds" in note
+    monkeypatch.setenv(cds.CDS_ENV, "0")
+    assert cds.stale_note() is None
