@@ -193,7 +193,7 @@ def classify(
     ).withColumn("_v", lazy_variant())
     # Each field looked up once; its JSON text (``to_json``) computed once per row, from which
     # the cheap test reads and tests everything: typed reads go through the text
-    # (:func:`json_number`, :func:`json_string`), not a typed variant_get (a Cast per value),
+    # (:func:`json_number`, :func:`json_string_column`), not a typed variant_get (a Cast per value),
     # and the type tests are tests on the text, not ``schema_of_variant`` (which builds a
     # DataType and its SQL name per value): only rejected records pay for those.
     df = df.select("*", *(F.variant_get(v, path, "variant").alias(sub)

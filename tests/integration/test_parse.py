@@ -18,6 +18,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from pyspark.sql import functions as F
 
 from revise.spark.parse import (
     FAST_PARSE_UDF,
@@ -25,6 +26,7 @@ from revise.spark.parse import (
     java_fields,
     json_number,
     json_string,
+    json_string_column,
 )
 
 if TYPE_CHECKING:
@@ -255,8 +257,12 @@ def test_reads_through_json_text_equal_typed_variant_reads(spark: SparkSession) 
     }
     cols = [f"{sql} AS {name}_{side}" for name, pair in reads.items()
             for side, sql in zip(("fast", "typed"), pair, strict=True)]
-    rows = df.selectExpr("raw", "try_cast(text AS double) AS text_double", *cols).collect()
+    rows = df.select("raw", F.expr("try_cast(text AS double)").alias("text_double"),
+                     *(F.expr(c) for c in cols),
+                     json_string_column(F.col("text"), "$.f").alias("string_column")).collect()
     assert len(rows) == len(texts)
+    # The column form the legacy parse builds reads exactly what the SQL form reads.
+    assert [r["string_column"] for r in rows] == [r["string_fast"] for r in rows]
     for name in reads:
         differ = [(r["raw"], r[f"{name}_fast"], r[f"{name}_typed"]) for r in rows
                   if r[f"{name}_fast"] != r[f"{name}_typed"]]
