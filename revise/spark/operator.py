@@ -54,7 +54,7 @@ from revise.spark.tws_input import install as _install_columnar_input
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql.streaming.state import GroupState
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
 try:  # the workers and the driver have pyspark; the engine's own tests need not
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _StatefulProcessor
@@ -133,10 +133,12 @@ class InputColumns:
         """Every column, numeric first."""
         return [c for c, _ in (*self.numeric, *self.distinct)]
 
-    def items(self) -> list[tuple[str, str]]:
-        """``(column, Spark SQL type)`` of every column, numeric first."""
-        return [(c, "double") for c, _ in self.numeric] + [(c, "string")
-                                                            for c, _ in self.distinct]
+    def items(self) -> list[tuple[str, DataType]]:
+        """``(column, Spark type)`` of every column, numeric first (type objects, not DDL)."""
+        from pyspark.sql.types import DoubleType, StringType
+
+        return ([(c, DoubleType()) for c, _ in self.numeric]
+                + [(c, StringType()) for c, _ in self.distinct])
 
 
 LEGACY_COLUMNS: Final = InputColumns((("value", "value"),), ())

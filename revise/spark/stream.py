@@ -102,8 +102,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         .select(
             F.lit(None).cast(T.StringType()).alias("key"),
             F.lit(None).cast(T.LongType()).alias("ts_ms"),
-            *(F.lit(None).cast(T.DoubleType() if t == "double" else T.StringType()).alias(n)
-              for n, t in fields.items()),
+            *(F.lit(None).cast(t).alias(n) for n, t in fields.items()),
             F.lit(None).cast(T.IntegerType()).alias("partition"),
             F.lit(None).cast(T.LongType()).alias("offset"),
             F.lit(None).cast(T.StringType()).alias("reason"),
