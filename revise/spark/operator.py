@@ -251,23 +251,27 @@ class ShardProcessor(_StatefulProcessor):
 
     def handleExpiredTimer(self, key: Any, timerValues: Any,  # noqa: N802, N803 - Spark's
                            expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:  # noqa: N803
-        """Spark's hook: the watermark reached the shard's next close."""
-        chunks = self._call(int(key[0]), [], timerValues)
+        """Spark's hook: the watermark reached the shard's next close.
+
+        Spark deletes the fired timer itself once this returns, so the call must not.
+        """
+        fired = int(expiredTimerInfo.getExpiryTimeInMs())
+        chunks = self._call(int(key[0]), [], timerValues, fired_timer_ms=fired)
         if chunks is not None:
             yield chunks
 
     def close(self) -> None:
         """Spark's hook: nothing to release."""
 
-    def _call(self, shard: int, frames: Iterable[pd.DataFrame],
-              timer_values: Any) -> pd.DataFrame | None:
+    def _call(self, shard: int, frames: Iterable[pd.DataFrame], timer_values: Any, *,
+              fired_timer_ms: int = -1) -> pd.DataFrame | None:
         step, dead = _read_step(frames, self._topic, self._fields,
                                 int(timer_values.getCurrentWatermarkInMs()),
                                 int(timer_values.getCurrentProcessingTimeInMs()))
         meta = Meta.of(self._meta.get())
         engine = self._engine(shard, meta)
         chunks = _apply(engine, step, dead, self._schema)
-        self._store(shard, meta, engine, step)
+        self._store(shard, meta, engine, step, fired_timer_ms)
         return chunks
 
     def _engine(self, shard: int, meta: Meta | None) -> Engine:
@@ -290,13 +294,20 @@ class ShardProcessor(_StatefulProcessor):
     def _log_entries(self) -> Iterator[tuple[str, bytes]]:
         return ((str(r[0]), bytes(r[1])) for r in self._log.get())
 
-    def _store(self, shard: int, meta: Meta | None, engine: Engine, step: Step) -> None:
-        """Store the shard after ``step``: drop it, append the step, or write a new base."""
+    def _store(self, shard: int, meta: Meta | None, engine: Engine, step: Step,
+               fired_timer_ms: int = -1) -> None:
+        """Store the shard after ``step``: drop it, append the step, or write a new base.
+
+        ``fired_timer_ms``: the timer whose firing made this call (-1: none), which Spark
+        deletes after the call; deleting it here too would log a warning per shard. The new
+        timer is never that one: the engine closed every window due at the watermark that
+        fired it, so its next close is later.
+        """
         due = engine.next_close_ms
         timer = -1 if due is None else due  # a timer at T fires once the watermark >= T
         old_timer = -1 if meta is None else meta.timer_ms
         if old_timer != timer:
-            if old_timer >= 0:
+            if old_timer >= 0 and old_timer != fired_timer_ms:
                 self._handle.deleteTimer(old_timer)
             if timer >= 0:
                 self._handle.registerTimer(timer)

@@ -69,7 +69,18 @@ class FakeHandle:
         self.store["_timers"].add(ms)
 
     def deleteTimer(self, ms: int) -> None:  # noqa: N802
+        # Spark logs a warning for a timer that does not exist: count them.
+        if ms not in self.store["_timers"]:
+            self.store["_missing_deletes"] = self.store.get("_missing_deletes", 0) + 1
         self.store["_timers"].discard(ms)
+
+
+class Fired:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def getExpiryTimeInMs(self) -> int:  # noqa: N802
+        return self.ms
 
 
 class Times:
@@ -100,12 +111,16 @@ def call(store: dict[str, Any], frames: list[pd.DataFrame] | None, watermark_ms:
          batch_id: int = 0, token: str = "t") -> Any:
     """One Spark call of the processor on shard 0: rows, or the timer when ``frames`` is None."""
     p = ShardProcessor(CFG, "topic", token=token)
-    p.init(FakeHandle(store))
+    handle = FakeHandle(store)
+    p.init(handle)
     times = Times(watermark_ms, now_ms=1_000 + batch_id)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(operator, "_batch_id", lambda: batch_id)
         if frames is None:
-            out = list(p.handleExpiredTimer((0,), times, None))
+            # As Spark does: the handler for the due timer, then the timer's deletion.
+            fired = min(t for t in store["_timers"] if t <= watermark_ms)
+            out = list(p.handleExpiredTimer((0,), times, Fired(fired)))
+            handle.deleteTimer(fired)
         else:
             out = list(p.handleInputRows((0,), iter(frames), times))
     revs = decode_output(pa_table(out)).revisions
@@ -139,6 +154,7 @@ def test_timer_is_the_watermark_that_closes_the_next_window_and_cleared_when_non
     assert store["_timers"] == {35_000}
     call(store, None, 35_000, batch_id=2)
     assert store["_timers"] == set()
+    assert store.get("_missing_deletes", 0) == 0, "deleted a timer Spark deletes itself"
     assert not any(k in store for k in ("meta", "base", "log")), "no window open: no state"
 
 
