@@ -14,10 +14,11 @@ by the seeded plan:
   anywhere in a micro-batch, the Kafka transaction or the Delta writes;
 - ``delta``: ``REVISE_CRASH_AT=during_delta:<batch>``, the job kills itself between the Delta
   tables (``revisions`` written, ``late``/``dead_letter``/``latest`` not) of a chosen batch;
-- ``close``: a random delay (0–0.5 s) after the job drops its close-all command into the control
-  source, i.e. during the bounded run's last micro-batch that closes every window (with one
-  stateful task per core that batch and the run's stop take ~1–2 s on a quiet machine, so a
-  longer delay can miss it).
+- ``close``: a random delay (0–0.5 s) after Spark plans the micro-batch that reads the job's
+  close-all command (its control offset in the offset log passes the one before the command
+  appeared), i.e. during the bounded run's last micro-batch, which reads the rest of the input
+  and closes every window (with one stateful task per core that batch and the run's stop take
+  ~1–2 s on a quiet machine, so a longer delay can miss it).
 
 Then ``integration_support.check_run`` checks every exactly-once and FINAL promise: the
 read_committed changelog equals Delta ``revisions``, nothing lost or duplicated, every FINAL equals
@@ -133,6 +134,14 @@ def _close_files(checkpoint: str) -> int:
     return len(list(control.glob("close-*.json"))) if control.is_dir() else 0
 
 
+def _planned_control(setup: JobSetup) -> int:
+    """The control offset of the last micro-batch in the offset log (-1: none or no file)."""
+    from revise.spark.close_all import batch_offsets, last_planned_batch
+
+    checkpoint = setup.checkpoint
+    return batch_offsets(checkpoint, last_planned_batch(checkpoint), setup.input_topic)[1]
+
+
 def create_topics(bootstrap: str, names: Sequence[str], partitions: int) -> None:
     """Create topics with the broker's default replication (3 on a 3-node embedded cluster)."""
     from sinks.kafka.admin import create_topics as create
@@ -177,8 +186,12 @@ def _one_run(setup: JobSetup, kind: str, rng: random.Random, data_batches: int,
             while (_close_files(setup.checkpoint) <= before and run.proc.poll() is None
                    and time.monotonic() < deadline):
                 time.sleep(0.05)
+            control = _planned_control(setup)
+            while (_planned_control(setup) <= control and run.proc.poll() is None
+                   and time.monotonic() < deadline):
+                time.sleep(0.02)
             delay = rng.uniform(0.0, CLOSE_DELAY_MAX_S)
-            detail = f"{delay:.2f}s after the close-all command"
+            detail = f"{delay:.2f}s into the batch that closes"
             _sleep_unless_done(run, delay)
             run.signal_group(signal.SIGKILL)
         return detail, run.wait(RUN_TIMEOUT_S)

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from revise.jobconfig import JobConfig
+from revise.spark.close_all import BoundedEnd, batch_offsets, set_input_end
 from revise.spark.failures import last_committed_batch
 from revise.spark.operator import BatchTables, decode_output
 from revise.spark.rewind import record_done
@@ -147,8 +148,10 @@ class BatchCommitter:
         tables: DeltaTables,
         result: JobResult,
         crash_hook: CrashHook | None = None,
+        bounded: BoundedEnd | None = None,
     ) -> None:
         self.cfg = cfg
+        self.bounded = bounded
         self.changelog = changelog
         self.tables = tables
         self.result = result
@@ -232,7 +235,13 @@ class BatchCommitter:
         t0 = time.monotonic()
         try:
             self.wait()  # --overlap-commit: the previous batch's steps 2-3 (raises its error)
-            # 1. compute, collect, decode, stamp
+            # 1. compute, collect, decode, stamp; the tasks learn where this batch's input
+            # ends (a conditional close-all's condition), and a bounded run whose input is
+            # read by this batch writes the close-all the next one reads (revise.spark.close_all)
+            read, control = batch_offsets(self.cfg.checkpoint, batch_id, self.cfg.input_topic)
+            set_input_end(df.sparkSession, read)
+            if self.bounded is not None and self.bounded.start_batch(read, control):
+                self.tables.end_staging()  # the close's FINALs: no staging them for the stop
             out = decode_output(df.toArrow(), self.cfg.revision_schema)
             collect_s = time.monotonic() - t0
             self.result.collect_seconds += collect_s

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from revise.errors import ConfigError
 from revise.jobconfig import CHECKPOINT_META, JobConfig, checkpoint_fingerprint, recorded_layout
 from revise.spark.advice import retention_note
+from revise.spark.close_all import BoundedEnd, batch_offsets, last_planned_batch
 from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
 from revise.spark.failures import JobError, commit_failure
 from revise.spark.rewind import rewind_unfinished
@@ -193,8 +194,18 @@ def run_job(
             _close_once_open(prepared, preparing)
             raise
     result = JobResult(cfg.query_id)
+    bounded = None
+    if ends is not None:
+        bounded = BoundedEnd(cfg.input_topic, ends, cfg.max_records_per_batch, control_dir,
+                             cfg.shards)
+        # Input that fits in one micro-batch (or no --max-records-per-batch) closes in the
+        # first one: the command goes in before the query starts.
+        read, control = batch_offsets(cfg.checkpoint, last_planned_batch(cfg.checkpoint),
+                                      cfg.input_topic)
+        if bounded.start_batch(read or {}, control):
+            tables.end_staging()
     committer = BatchCommitter(cfg, changelog, tables, result,
-                               crash_hook or crash_hook_from_env())
+                               crash_hook or crash_hook_from_env(), bounded=bounded)
     tables.after_write = committer.after_delta_write
     with sql_setting(spark, SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, cfg))):
         query = (
@@ -205,9 +216,8 @@ def run_job(
             .foreachBatch(committer)
             .start()
         )
-    driver = JobDriver(query, cfg, committer, ends=ends, control_dir=control_dir,
-                       stop_event=stop_event, on_progress=on_progress, timeout_s=timeout_s,
-                       started=t_start)
+    driver = JobDriver(query, cfg, committer, bounded=bounded, stop_event=stop_event,
+                       on_progress=on_progress, timeout_s=timeout_s, started=t_start)
     ran = False
     try:
         driver.run()

@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from revise.config import EngineConfig
 from revise.engine import Engine, InputBatch
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA, revision_schema
+from revise.spark.close_all import close_all_due, input_end_of_task
 from revise.spark.shard_state import (
     BASE_DDL,
     LOG_DDL,
@@ -81,16 +83,18 @@ __all__ = [
 
 KIND_SCHEMAS: Final[dict[str, pa.Schema]] = {
     "revision": REVISION_SCHEMA,
+    "closing": REVISION_SCHEMA,
     "late": LATE_SCHEMA,
     "dead": DEAD_LETTER_SCHEMA,
 }
 """The operator's output kinds (the ``kind`` column) and the schema of each payload, for
-today's aggregates; :func:`kind_schemas` gives them for any revision schema."""
+today's aggregates; :func:`kind_schemas` gives them for any revision schema. ``closing``: the
+FINALs of a close-all (:func:`decode_output` gives them the batch's last real watermark)."""
 
 
 def kind_schemas(revision_schema: pa.Schema = REVISION_SCHEMA) -> dict[str, pa.Schema]:
     """:data:`KIND_SCHEMAS` with ``revision_schema`` (``revise.records.revision_schema``)."""
-    return {**KIND_SCHEMAS, "revision": revision_schema}
+    return {**KIND_SCHEMAS, "revision": revision_schema, "closing": revision_schema}
 
 
 def output_type() -> StructType:
@@ -338,16 +342,17 @@ def _read_step(frames: Iterable[pd.DataFrame], topic: str, fields: InputColumns,
     the first one exists, counts as 0); the batch id is the running micro-batch's.
     """
     batch_id = _batch_id()
-    batch, dead, close_all = _split_input([f for f in frames if len(f)], topic, batch_id, fields)
+    batch, dead, commands = _split_input([f for f in frames if len(f)], topic, batch_id, fields)
+    close_all = bool(commands) and close_all_due(commands, input_end_of_task())
     return Step(batch_id, max(0, watermark_ms), now_ms, close_all, batch), dead
 
 
 def _apply(engine: Engine, step: Step, dead: list[pa.Table],
            revision_schema: pa.Schema) -> pd.DataFrame | None:
     """Apply ``step`` to ``engine``; its revisions, too-late records and ``dead`` as output rows."""
-    revisions, late = apply_step(engine, step)
-    return encode_output(revisions=[r.to_arrow() for r in revisions], late=[late.to_arrow()],
-                         dead=dead, revision_schema=revision_schema)
+    (revisions, *closing), late = apply_step(engine, step)
+    return encode_output(revisions=[revisions.to_arrow()], closing=[r.to_arrow() for r in closing],
+                         late=[late.to_arrow()], dead=dead, revision_schema=revision_schema)
 
 
 def _batch_id() -> int:
@@ -363,15 +368,17 @@ _CACHE = EngineCache()
 
 
 def _split_input(frames: list[pd.DataFrame], topic: str, batch_id: int,
-                 fields: InputColumns) -> tuple[InputBatch, list[pa.Table], bool]:
-    """A shard's rows → (accepted records, dead letters, whether a close-all command came).
+                 fields: InputColumns) -> tuple[InputBatch, list[pa.Table], list[str]]:
+    """A shard's rows → (accepted records, dead letters, the control commands that came).
 
     The late records' ``value`` is the first numeric column (``value`` for today's options),
     0.0 when the aggregates read no number (``count`` and ``distinct`` only).
     """
     if not frames:
-        return InputBatch.empty(topic), [], False
+        return InputBatch.empty(topic), [], []
     command = np.concatenate([f["command"].notna().to_numpy() for f in frames])
+    commands = ([str(c) for f in frames for c in f["command"].dropna()] if command.any()
+                else [])
     bad = np.concatenate([f["reason"].notna().to_numpy() for f in frames]) & ~command
     good = ~bad & ~command
     dead: list[pa.Table] = []
@@ -399,21 +406,22 @@ def _split_input(frames: list[pd.DataFrame], topic: str, batch_id: int,
         c["key"], c["ts_ms"], values, c["partition"], c["offset"], topic=topic,
         numeric=numeric, distinct=distinct,
     )
-    return batch, dead, bool(command.any())
+    return batch, dead, commands
 
 
 def encode_output(*, revisions: Sequence[pa.Table], late: Sequence[pa.Table],
-                  dead: Sequence[pa.Table],
+                  dead: Sequence[pa.Table], closing: Sequence[pa.Table] = (),
                   revision_schema: pa.Schema = REVISION_SCHEMA) -> pd.DataFrame | None:
     """A shard's output tables → the operator's rows (None when all are empty).
 
     One row per kind and chunk of at most :data:`CHUNK_ROWS` rows: ``kind``, ``rows``,
-    ``payload`` (an Arrow IPC stream with the kind's schema; revisions in
-    ``revision_schema``). :func:`decode_output` is the inverse.
+    ``payload`` (an Arrow IPC stream with the kind's schema; revisions and a close-all's
+    ``closing`` FINALs in ``revision_schema``). :func:`decode_output` is the inverse.
     """
     schemas = kind_schemas(revision_schema)
     chunks: list[tuple[str, int, bytes]] = []
-    for kind, tables in (("revision", revisions), ("late", late), ("dead", dead)):
+    for kind, tables in (("revision", revisions), ("closing", closing), ("late", late),
+                         ("dead", dead)):
         if not any(t.num_rows for t in tables):
             continue
         table = pa.concat_tables(tables).cast(schemas[kind])
@@ -445,7 +453,15 @@ def decode_output(collected: pa.Table,
     ``revision_schema``: the job's (``revise.records.revision_schema`` of its aggregates).
 
     Chunks keep their order (the order Spark collected them in); rows inside a chunk keep the
-    engine's emission order, so one window's revisions of a batch stay in revision order.
+    engine's emission order, and a close-all's FINALs follow every other revision, so one
+    window's revisions of a batch stay in revision order.
+
+    A close-all's FINALs carry the last real watermark (SPEC §3: the max accepted event time
+    of all input, minus the delay). Each shard closes at its own view of it, the batch's
+    watermark raised by the event times the shard accepted in that batch (which is exact
+    when the close-all has a micro-batch of its own, and too low for some shards when it
+    comes with the rest of the input, ``revise.spark.close_all``); the highest of them is
+    the global one, which every closing FINAL gets here.
     """
     schemas = kind_schemas(revision_schema)
     parts: dict[str, list[pa.Table]] = {k: [] for k in schemas}
@@ -456,7 +472,16 @@ def decode_output(collected: pa.Table,
     tables = {
         k: pa.concat_tables(v) if v else schemas[k].empty_table() for k, v in parts.items()
     }
-    return BatchTables(tables["revision"], tables["late"], tables["dead"])
+    closing = tables["closing"]
+    revisions = tables["revision"]
+    if closing.num_rows:
+        watermark = closing.column("watermark_ms")
+        last = pa.array(np.full(closing.num_rows, pc.max(watermark).as_py(), dtype=np.int64),
+                        watermark.type)
+        closing = closing.set_column(closing.schema.get_field_index("watermark_ms"),
+                                     closing.schema.field("watermark_ms"), last)
+        revisions = pa.concat_tables([revisions, closing])
+    return BatchTables(revisions, tables["late"], tables["dead"])
 
 
 def _dead_letters(rows: pd.DataFrame, topic: str, batch_id: int) -> pa.Table:

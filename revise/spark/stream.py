@@ -14,17 +14,12 @@
 
 Bad input is sharded by offset (it has no usable key) and goes through the operator too, so
 the dead letters leave in the same micro-batch output as the revisions. The control source
-carries the close-all command of a bounded run (:func:`write_close_all`); it is part of the
-checkpointed input, so a crash and restart replays it exactly.
+carries the close-all command of a bounded run (:mod:`revise.spark.close_all`); it is part of
+the checkpointed input, so a crash and restart replays it exactly.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import time
-import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from revise.jobconfig import JobConfig
@@ -45,11 +40,7 @@ if TYPE_CHECKING:
 
 Reader = TypeVar("Reader", "DataFrameReader", "DataStreamReader")
 
-__all__ = ["CLOSE_ALL", "build_stream", "input_columns", "kafka_input", "parsed_input",
-           "write_close_all"]
-
-CLOSE_ALL = "close_all"
-"""The control command that closes every open window of a shard."""
+__all__ = ["build_stream", "input_columns", "kafka_input", "parsed_input"]
 
 
 def kafka_input(reader: Reader, cfg: JobConfig) -> Reader:
@@ -195,14 +186,3 @@ def parsed_input(raw: DataFrame, cfg: JobConfig) -> DataFrame:
         df = df.withColumn("value", F.when(F.col("reason").isNull(),
                                            F.coalesce(value, F.lit(0.0))))
     return df
-
-
-def write_close_all(control_dir: str, shards: int) -> Path:
-    """Drop one close-all command per shard into the control source (atomic rename)."""
-    name = f"close-{int(time.time() * 1000)}-{uuid.uuid4().hex[:6]}.json"
-    tmp = Path(control_dir) / f".{name}.tmp"
-    tmp.write_text("".join(json.dumps({"command": CLOSE_ALL, "shard": s}) + "\n"
-                           for s in range(shards)))
-    final = Path(control_dir) / name
-    os.replace(tmp, final)
-    return final

@@ -7,16 +7,14 @@ history batches that are due (the micro-batches staged while the job was idle).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from revise.jobconfig import JobConfig
+from revise.spark.close_all import BoundedEnd
 from revise.spark.committer import BatchCommitter
 from revise.spark.failures import (
     JobError,
@@ -24,7 +22,6 @@ from revise.spark.failures import (
     failure_message,
     last_committed_batch,
 )
-from revise.spark.stream import write_close_all
 from sinks.delta_tables import DeltaWriteError
 from sinks.kafka import ProducerFencedError
 
@@ -45,15 +42,6 @@ REPORT_WAIT_S = 0.5
 """How long the watch loop polls for the report of a batch whose sink returned."""
 
 
-@dataclass(slots=True)
-class _BoundedRun:
-    """The progress of a bounded run's end: input read, close-all written, close-all read."""
-
-    ends: dict[int, int]
-    close_file: Path | None = None
-    control_before: int = -1
-
-
 class JobDriver:
     """Watches a started query: reports progress, honours stop requests, ends a bounded run.
 
@@ -62,8 +50,8 @@ class JobDriver:
         cfg: The job's configuration.
         committer: The query's sink (its ``result`` is filled; its ``error`` tells why a
             failed query failed).
-        ends: The input's end offsets at start (a bounded run), or None.
-        control_dir: The control source's directory (close-all commands).
+        bounded: A bounded run's end (:class:`~revise.spark.close_all.BoundedEnd`, which the
+            committer writes the close-all command through), or None: an unbounded run.
         stop_event: Set to stop between micro-batches.
         on_progress: Called with each new Spark progress report.
         timeout_s: Raise JobError after this long (s); None: no limit.
@@ -71,15 +59,14 @@ class JobDriver:
     """
 
     def __init__(self, query: StreamingQuery, cfg: JobConfig, committer: BatchCommitter, *,
-                 ends: dict[int, int] | None, control_dir: str,
-                 stop_event: threading.Event | None, on_progress: ProgressCallback | None,
-                 timeout_s: float | None, started: float) -> None:
+                 bounded: BoundedEnd | None, stop_event: threading.Event | None,
+                 on_progress: ProgressCallback | None, timeout_s: float | None,
+                 started: float) -> None:
         self.query = query
         self.cfg = cfg
         self.committer = committer
         self.result = committer.result
-        self.bounded = _BoundedRun(ends) if ends is not None else None
-        self.control_dir = control_dir
+        self.bounded = bounded
         self.stop_event = stop_event
         self.on_progress = on_progress
         self.timeout_s = timeout_s
@@ -114,7 +101,7 @@ class JobDriver:
                 query.stop()
                 msg = f"the job did not finish within {self.timeout_s:.0f}s"
                 raise JobError(msg)
-            if self.bounded is not None and self._bounded_done(query.lastProgress):
+            if self.bounded is not None and self.bounded.closed:
                 _stop_between_batches(query)
                 self._absorb()
                 return
@@ -184,6 +171,8 @@ class JobDriver:
             if bid is None or bid <= self.last_batch_id:
                 continue
             self.last_batch_id = bid
+            if self.bounded is not None:
+                self.bounded.see(progress)
             steps = self.committer.take_steps(bid)
             # the commit's own steps, beside Spark's durationMs
             report = progress if steps is None else {**progress, "revise": steps}
@@ -221,37 +210,6 @@ class JobDriver:
         """
         mine = max(self.last_batch_id, self.committed_at_start)
         return last_committed_batch(self.cfg.checkpoint) > mine + 1
-
-    def _bounded_done(self, progress: dict[str, Any] | None) -> bool:
-        """A bounded run: write the close-all once the input is read; True once it was read."""
-        b = self.bounded
-        assert b is not None
-        if not progress and any(b.ends.values()):
-            return False
-        if b.close_file is None:
-            read = (_source_offsets(progress or {}, 0) or {}).get(self.cfg.input_topic, {})
-            if all(int(read.get(str(p), 0)) >= hi for p, hi in b.ends.items() if hi > 0):
-                ctl = _source_offsets(progress or {}, 1)
-                b.control_before = int(ctl["logOffset"]) if ctl else -1
-                # The close-all's FINALs are the last batch: no staging them for the stop.
-                self.committer.tables.end_staging()
-                b.close_file = write_close_all(self.control_dir, self.cfg.shards)
-            return False
-        if progress:
-            ctl = _source_offsets(progress, 1)
-            # The micro-batch that read the close-all command has committed.
-            return ctl is not None and int(ctl["logOffset"]) > b.control_before
-        return False
-
-
-def _source_offsets(progress: dict[str, Any], index: int) -> Any:
-    sources = progress.get("sources") or []
-    if len(sources) <= index:
-        return None
-    raw = sources[index].get("endOffset")
-    if raw is None:
-        return None
-    return json.loads(raw) if isinstance(raw, str) else raw
 
 
 def _stop_between_batches(query: StreamingQuery, wait_s: float = 30.0) -> None:

@@ -22,7 +22,8 @@ Then a read_committed consumer and a Delta reader must see every revision exactl
 two must agree, and the FINALs must equal the batch oracle over the job's micro-batch split
 (``integration_support.check_run``). Each crash point aims at the batch after the first one
 Spark has not committed yet (read from the checkpoint), so every run also completes a batch; the
-last ones land on the close-all batch, whose FINALs are replayed too. SIGKILL of the whole
+last ones land on the batch that reads the rest of the input and closes every window, whose
+FINALs are replayed too. SIGKILL of the whole
 process group at a random moment, and during the close-all batch, is ``test_chaos``.
 """
 
@@ -58,9 +59,10 @@ def _crash_at(point: str, args: list[str], checkpoint: str, n_data_batches: int,
               tmp_path: Path) -> tuple[int, CliRun]:
     """Run the job killed at ``point`` of the batch after the first one not yet committed.
 
-    The close-all batch (id >= ``n_data_batches``) always has output, so the crash fires.
+    Every batch up to ``n_data_batches - 1`` reads input, so has output and the crash fires;
+    the last of them also closes every window (the close-all comes with the rest of the input).
     """
-    target = min(_next_batch(checkpoint) + 1, n_data_batches)
+    target = min(_next_batch(checkpoint) + 1, n_data_batches - 1)
     run = CliRun(args, cwd=tmp_path, env={"REVISE_CRASH_AT": f"{point}:{target}"},
                  log=tmp_path / f"run-{point}-{target}.log")
     rc = run.wait(RUN_TIMEOUT_S)
@@ -73,8 +75,8 @@ def test_kill_at_every_commit_point_loses_and_duplicates_nothing(
     job_setup, tmp_path
 ):
     setup = job_setup("crash", window="tumbling:2s", grace_ms=3_000, max_records_per_batch=200)
-    n_data_batches = 5  # 1,000 events, <= 200 per batch: 5+ batches, then the close-all one
-    stream = generate(GeneratorConfig(events=1_000, keys=10, seed=5, disorder_ms=2_000,
+    n_data_batches = 6  # 1,200 events, <= 200 per batch: 6+ batches, the last one closes
+    stream = generate(GeneratorConfig(events=1_200, keys=10, seed=5, disorder_ms=2_000,
                                       late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.04))
     produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
     args = [*setup.cli_args(), "--delta-commit-interval", "0s"]

@@ -3,7 +3,7 @@ transactional changelog + Delta tables, checked against the batch oracle over th
 micro-batch split (see ``integration_support.check_run`` for the full list of promises).
 
 Each case is one bounded run (1,200 events with disorder, late and malformed records, three
-micro-batches of input plus the close-all batch) on the session's Spark.
+micro-batches of input, the last of which also closes every window) on the session's Spark.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from integration_support import REPO, check_run
+from integration_support import REPO, check_run, spark_batches
 
 from revise.generate import GeneratorConfig, generate, produce
 from revise.spark.driver import run_job
@@ -41,6 +41,11 @@ def test_once_run_is_exactly_once_and_matches_the_oracle(case, job_setup, spark)
     result = run_job(setup.job_config(), spark=spark, timeout_s=400)
 
     report = check_run(setup)
+    # The close came with the rest of the input: the batch that read it is the last one and
+    # read input records (revise.spark.close_all), so no micro-batch of its own.
+    *_, before, last = spark_batches(setup.checkpoint, setup.input_topic)
+    assert last.control is not None and before.control is None
+    assert last.kafka_end != before.kafka_end, "the close took a micro-batch of its own"
     assert result.input_records >= len(stream)
     assert result.revisions == report.revisions
     # The input really exercised what is checked.

@@ -242,7 +242,7 @@ def _last_data_batch(checkpoint: str, topic: str) -> tuple[int, list[tuple[Any, 
     ends: dict[int, int] = {}
     last = -1
     for b in batches:
-        if b.kafka_end != ends and b.control is None:
+        if b.kafka_end != ends:
             last = b.batch_id
         ends = b.kafka_end
     return last, [(b.batch_id, b.kafka_end, b.watermark_ms) for b in batches[: last + 1]]
@@ -251,9 +251,10 @@ def _last_data_batch(checkpoint: str, topic: str) -> tuple[int, list[tuple[Any, 
 def _normalized(rows: list[dict[str, Any]], last_data: int) -> list[tuple[Any, ...]]:
     """Rows without ``emitted_at_ms``; batch ids after the input's end become one mark.
 
-    After the last batch that read input, Spark runs no-data micro-batches back to back until
-    the close-all command lands: how many is a matter of timing, so the batch id of what is
-    emitted then (FINALs) is compared as "after the input" only.
+    After the last batch that read input (which usually closes every window too), Spark may
+    run more micro-batches until a close-all command takes effect: how many is a matter of
+    timing, so the batch id of what is emitted then (FINALs) is compared as "after the input"
+    only.
     """
     out = []
     for r in rows:

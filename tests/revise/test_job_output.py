@@ -59,8 +59,8 @@ def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
         "reason": [None, None, "missing field 'a.b'"], "raw_value": [None, None, "{}"],
         "command": [None, None, None],
     })
-    batch, dead, close_all = operator._split_input([frame], "t", 4, fields)
-    assert not close_all and len(batch) == 2 and dead[0].column("reason").to_pylist() == [
+    batch, dead, commands = operator._split_input([frame], "t", 4, fields)
+    assert not commands and len(batch) == 2 and dead[0].column("reason").to_pylist() == [
         "missing field 'a.b'"]
     assert batch.values.tolist() == [2.0, 4.0]  # the late records' value: the first number
     assert batch.numeric["a.b"].tolist() == [2.0, 4.0] and len(batch.distinct["u"]) == 2

@@ -52,7 +52,23 @@ class _Tables:
         self.written.append(batch_id)
 
 
+class _Context:
+    def __init__(self) -> None:
+        self.properties: dict[str, str | None] = {}
+
+    def setLocalProperty(self, key: str, value: str | None) -> None:  # noqa: N802 - Spark's
+        self.properties[key] = value
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.sparkContext = _Context()  # noqa: N815 - Spark's name
+
+
 class _Batch:
+    def __init__(self) -> None:
+        self.sparkSession = _Session()  # noqa: N815 - Spark's name
+
     def toArrow(self) -> None:  # noqa: N802 - Spark's name
         return None
 

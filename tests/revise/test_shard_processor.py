@@ -280,3 +280,24 @@ def test_a_step_survives_its_encoding():
     assert list(b.topic) == ["x", "y"]
     assert list(b.numeric["m.n"]) == [1.0, 2.0]
     assert list(b.distinct["u"]) == list(batch.distinct["u"])
+
+
+@pytest.mark.parametrize(("input_end", "closes"), [({0: 3}, True), ({0: 2}, False), (None, False)])
+def test_a_conditional_close_all_closes_after_the_calls_rows_only_where_the_input_ended(
+        monkeypatch: pytest.MonkeyPatch, input_end: dict[int, int] | None, closes: bool) -> None:
+    """The rest of the input and the command in one call: the rows first, then the close —
+    if the micro-batch's input (the tasks' property) reaches the command's offsets."""
+    store: dict[str, Any] = {}
+    call(store, [rows(("a", 1_000))], 0)
+    monkeypatch.setattr(operator, "input_end_of_task", lambda: input_end)
+    command = rows(("", 0), command='close_all_at:{"0":3}')
+    command["key"] = [None]
+    out = call(store, [rows(("a", 2_000), ("b", 21_000)), command], 0, batch_id=1)
+    got = [(r["key"], r["revision"], r["timing"], r["count"]) for r in out]
+    if closes:
+        assert got == [("a", 1, "EARLY", 2), ("b", 0, "EARLY", 1),
+                       ("a", 2, "FINAL", 2), ("b", 1, "FINAL", 1)]
+        assert store["_timers"] == set()
+    else:
+        assert got == [("a", 1, "EARLY", 2), ("b", 0, "EARLY", 1)]
+        assert store["_timers"] == {15_000}

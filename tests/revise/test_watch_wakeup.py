@@ -47,7 +47,7 @@ def _driver(tmp_path, monkeypatch, query: _Query) -> tuple[JobDriver, BatchCommi
     changelog.release.set()
     committer = BatchCommitter(cfg, changelog, _Tables(), JobResult("q"))  # type: ignore[arg-type]
     driver = JobDriver(query, cfg, committer,  # type: ignore[arg-type]
-                       ends=None, control_dir=str(tmp_path), stop_event=None, on_progress=None,
+                       bounded=None, stop_event=None, on_progress=None,
                        timeout_s=None, started=0.0)
     return driver, committer
 

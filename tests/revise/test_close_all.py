@@ -1,0 +1,159 @@
+"""A bounded run's close-all: the conditional command, when it takes effect, and when it is written.
+
+Real Spark runs it in every integration test of a bounded run (``integration_support.replay``
+reads the commands each micro-batch read and checks the close against them); here the
+decisions themselves, and the closing FINALs' watermark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pyarrow as pa
+from test_job_options import config
+from test_overlap_commit import _Batch, _Changelog, _Tables
+
+from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from revise.spark import committer as committer_module
+from revise.spark.close_all import (
+    CLOSE_ALL,
+    INPUT_END_PROPERTY,
+    BoundedEnd,
+    batch_offsets,
+    close_all_due,
+    input_reached,
+    last_planned_batch,
+    write_close_all,
+)
+from revise.spark.committer import BatchCommitter, JobResult
+from revise.spark.operator import BatchTables, decode_output, encode_output
+
+
+def _commands(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_conditional_command_closes_only_where_the_input_reaches_its_offsets(tmp_path):
+    rows = _commands(write_close_all(str(tmp_path), 3, until={0: 10, 1: 0, 2: 7}))
+    assert [r["shard"] for r in rows] == [0, 1, 2]
+    (command,) = {r["command"] for r in rows}
+    assert command == 'close_all_at:{"0":10,"1":0,"2":7}'
+    assert close_all_due([command], {0: 10, 2: 7})  # an empty partition needs nothing
+    assert close_all_due([command], {0: 12, 1: 3, 2: 9})
+    assert not close_all_due([command], {0: 10, 2: 6})
+    assert not close_all_due([command], None)  # the batch's input end unknown: no close
+    assert close_all_due([command, CLOSE_ALL], None)  # a plain one closes at once
+    assert not close_all_due([], {0: 99})
+    assert input_reached({}, {0: 0}) and not input_reached({}, {0: 1})
+
+
+def _offset_log(checkpoint: Path, batch_id: int, kafka: str, control: str) -> None:
+    folder = checkpoint / "spark" / "offsets"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(batch_id)).write_text(
+        f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{{}}}}\n{kafka}\n{control}')
+
+
+def test_the_offset_log_gives_a_batchs_input_and_control_offsets(tmp_path):
+    assert last_planned_batch(str(tmp_path)) == -1
+    assert batch_offsets(str(tmp_path), 0, "in") == (None, -1)
+    _offset_log(tmp_path, 0, '{"in":{"0":5,"1":7}}', "-")
+    _offset_log(tmp_path, 1, '{"in":{"0":9,"1":7}}', '{"logOffset":2}')
+    assert last_planned_batch(str(tmp_path)) == 1
+    assert batch_offsets(str(tmp_path), 0, "in") == ({0: 5, 1: 7}, -1)
+    assert batch_offsets(str(tmp_path), 1, "in") == ({0: 9, 1: 7}, 2)
+    assert batch_offsets(str(tmp_path), 1, "other") == (None, 2)
+
+
+def _progress(read: dict[int, int], control: int | None) -> dict:
+    sources = [{"endOffset": json.dumps({"in": {str(p): o for p, o in read.items()}})},
+               {"endOffset": None if control is None else json.dumps({"logOffset": control})}]
+    return {"sources": sources}
+
+
+def test_the_command_is_written_once_the_rest_fits_a_batch_and_closes_when_read(tmp_path):
+    end = BoundedEnd("in", {0: 500, 1: 100}, 200, str(tmp_path), 2)
+    assert not end.start_batch({0: 100}, -1)  # 500 left after this batch
+    assert not list(tmp_path.iterdir())
+    assert end.start_batch({0: 400, 1: 0}, -1)  # 200 left: the next batch reads all of it
+    (written,) = tmp_path.glob("close-*.json")
+    assert {r["command"] for r in _commands(written)} == {'close_all_at:{"0":500,"1":100}'}
+    assert not end.start_batch({0: 500, 1: 100}, -1)  # one command at a time
+    end.see(_progress({0: 400}, None))  # the batch that wrote it did not read it
+    assert not end.closed
+    end.see(_progress({0: 500, 1: 100}, 0))  # the next one read it with the rest
+    assert end.closed
+    assert not end.start_batch({0: 500, 1: 100}, 0)
+
+
+def test_a_command_read_short_of_the_end_is_followed_by_another(tmp_path):
+    end = BoundedEnd("in", {0: 500}, 200, str(tmp_path), 1)
+    assert end.start_batch({0: 300}, 4)
+    end.see(_progress({0: 480}, 5))  # read, but Spark stopped short of the end
+    assert not end.closed
+    assert end.start_batch({0: 480}, 5)
+    assert len(list(tmp_path.glob("close-*.json"))) == 2
+    end.see(_progress({0: 520}, 5))  # control not past the second command: not read yet
+    assert not end.closed
+    end.see(_progress({0: 520}, 6))
+    assert end.closed
+
+
+def test_without_a_limit_the_command_goes_with_the_first_batch(tmp_path):
+    end = BoundedEnd("in", {0: 10**9}, None, str(tmp_path), 1)
+    assert end.start_batch({}, -1)  # before the query starts: batch 0 reads all there is
+
+
+def _revisions(watermark_ms: int, n: int, key: str) -> pa.Table:
+    row = {f.name: None for f in REVISION_SCHEMA}
+    row.update(query_id="q", mode="revision", key=key, window_start_ms=0, window_end_ms=10,
+               revision=0, timing="FINAL", is_final=True, retracted=False, n_late=0,
+               max_lateness_ms=0, watermark_ms=watermark_ms, batch_id=3, emitted_at_ms=0)
+    return pa.Table.from_pylist([{**row, "window_start_ms": i} for i in range(n)],
+                                schema=REVISION_SCHEMA)
+
+
+def test_closing_finals_carry_the_highest_watermark_any_shard_closed_at():
+    # Shard A accepted records up to a later event time in the batch than shard B: each closed
+    # at its own view of the last real watermark; the global one is the highest.
+    a = encode_output(revisions=[_revisions(100, 1, "a")], closing=[_revisions(900, 2, "a")],
+                      late=[], dead=[])
+    b = encode_output(revisions=[], closing=[_revisions(100, 1, "b")], late=[], dead=[])
+    import pandas as pd
+
+    collected = pa.Table.from_pandas(pd.concat([a, b], ignore_index=True),
+                                     preserve_index=False)
+    out = decode_output(collected)
+    assert [(r["key"], r["watermark_ms"]) for r in out.revisions.to_pylist()] == [
+        ("a", 100),  # a revision of the batch keeps the batch's watermark
+        ("a", 900), ("a", 900), ("b", 900),  # every closing FINAL, after them
+    ]
+
+
+def test_the_committer_hands_the_batchs_input_end_to_its_tasks_and_writes_the_close(
+        tmp_path, monkeypatch):
+    out = BatchTables(_revisions(0, 1, "k"), LATE_SCHEMA.empty_table(),
+                      DEAD_LETTER_SCHEMA.empty_table())
+    monkeypatch.setattr(committer_module, "decode_output", lambda _collected, _schema: out)
+    cfg = dataclasses.replace(config(), checkpoint=str(tmp_path / "ckpt"), input_topic="in")
+    _offset_log(tmp_path / "ckpt", 0, '{"in":{"0":300}}', "-")
+    control = tmp_path / "control"
+    control.mkdir()
+    changelog = _Changelog()
+    changelog.release.set()
+    tables = _Tables()
+    ended = []
+    tables.end_staging = lambda: ended.append(True)  # type: ignore[attr-defined]
+    end = BoundedEnd("in", {0: 400}, 200, str(control), 2)
+    committer = BatchCommitter(cfg, changelog, tables, JobResult("q"),  # type: ignore[arg-type]
+                               bounded=end)
+    batch = _Batch()
+    committer(batch, 0)  # type: ignore[arg-type]
+    assert batch.sparkSession.sparkContext.properties == {INPUT_END_PROPERTY: '{"0":300}'}
+    assert len(list(control.glob("close-*.json"))) == 1 and ended == [True]
+    batch = _Batch()
+    committer(batch, 2)  # type: ignore[arg-type]  # no offset log entry: the property cleared
+    assert batch.sparkSession.sparkContext.properties == {INPUT_END_PROPERTY: None}
+
