@@ -16,7 +16,7 @@ import pytest
 from integration_support import REPO, check_run, spark_batches
 
 from revise.generate import GeneratorConfig, generate, produce
-from revise.spark.driver import run_job
+from revise.spark.driver import NO_DATA_BATCHES, run_job
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta]
 
@@ -42,10 +42,15 @@ def test_once_run_is_exactly_once_and_matches_the_oracle(case, job_setup, spark)
 
     report = check_run(setup)
     # The close came with the rest of the input: the batch that read it is the last one and
-    # read input records (revise.spark.close_all), so no micro-batch of its own.
-    *_, before, last = spark_batches(setup.checkpoint, setup.input_topic)
+    # read input records (revise.spark.close_all), so no micro-batch of its own; and no
+    # micro-batch read nothing (Spark's no-data batches are off for a bounded run only).
+    batches = spark_batches(setup.checkpoint, setup.input_topic)
+    *_, before, last = batches
     assert last.control is not None and before.control is None
     assert last.kafka_end != before.kafka_end, "the close took a micro-batch of its own"
+    assert all((b.kafka_end, b.control) != (a.kafka_end, a.control)
+               for a, b in zip(batches, batches[1:], strict=False)), batches
+    assert spark.conf.get(NO_DATA_BATCHES) == "true", "the session's own setting changed"
     assert result.input_records >= len(stream)
     assert result.revisions == report.revisions
     # The input really exercised what is checked.
