@@ -251,10 +251,10 @@ def _last_data_batch(checkpoint: str, topic: str) -> tuple[int, list[tuple[Any, 
 def _normalized(rows: list[dict[str, Any]], last_data: int) -> list[tuple[Any, ...]]:
     """Rows without ``emitted_at_ms``; batch ids after the input's end become one mark.
 
-    After the last batch that read input (which usually closes every window too), Spark may
-    run more micro-batches until a close-all command takes effect: how many is a matter of
-    timing, so the batch id of what is emitted then (FINALs) is compared as "after the input"
-    only.
+    The last batch that read input usually closes every window too; if it did not (records
+    written after the start), the close comes in a later one, a matter of timing: the batch
+    id of what is emitted after the last batch that read input is compared as "after the
+    input" only.
     """
     out = []
     for r in rows:
