@@ -23,8 +23,8 @@ two must agree, and the FINALs must equal the batch oracle over the job's micro-
 (``integration_support.check_run``). Each crash point aims at the batch after the first one
 Spark has not committed yet (read from the checkpoint), so every run also completes a batch; the
 last ones land on the batch that reads the rest of the input and closes every window, whose
-FINALs are replayed too. SIGKILL of the whole
-process group at a random moment, and during the close-all batch, is ``test_chaos``.
+FINALs are replayed too. SIGKILL of the whole process group at a random moment, and during the
+batch that closes, is ``test_chaos``.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ offset log confirms it). Keys A and C live in different shards. Tumbling 10 s, g
 
 If Spark filtered late rows, A's LATE revision and the late record would vanish; with a
 per-shard watermark A's shard would see T+5000, not T+50000; if idle shards were not called,
-A's FINAL would wait for the close-all batch.
+A's FINAL would wait for the batch that closes every window.
 """
 
 from __future__ import annotations
