@@ -136,10 +136,10 @@ def _close_files(checkpoint: str) -> int:
 
 def _planned_control(setup: JobSetup) -> int:
     """The control offset of the last micro-batch in the offset log (-1: none or no file)."""
-    from revise.spark.close_all import batch_offsets, last_planned_batch
+    from revise.spark.spark_log import batch_offsets, last_entry
 
     checkpoint = setup.checkpoint
-    return batch_offsets(checkpoint, last_planned_batch(checkpoint), setup.input_topic)[1]
+    return batch_offsets(checkpoint, last_entry(checkpoint, "offsets"), setup.input_topic)[1]
 
 
 def create_topics(bootstrap: str, names: Sequence[str], partitions: int) -> None:

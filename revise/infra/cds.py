@@ -70,15 +70,23 @@ def archive_path() -> Path:
     return jvm_dir() / "cds" / f"driver-{_key()}.jsa"
 
 
+def _archive_if_on() -> Path | None:
+    """:func:`archive_path`, or None when the archive is off or Java or pyspark is missing.
+
+    A missing Java or pyspark is not reported here: the session's start says so itself.
+    """
+    if os.environ.get(CDS_ENV, "1") == "0":
+        return None
+    try:
+        return archive_path()
+    except (OSError, ReviseError):
+        return None
+
+
 def driver_options() -> list[str]:
     """The driver JVM's options to start from the archive; none when off or not trained."""
-    if os.environ.get(CDS_ENV, "1") == "0":
-        return []
-    try:
-        path = archive_path()
-    except (OSError, ReviseError):  # no java or pyspark: the session's start says so itself
-        return []
-    return [f"-XX:SharedArchiveFile={path}", *QUIET] if path.is_file() else []
+    path = _archive_if_on()
+    return [f"-XX:SharedArchiveFile={path}", *QUIET] if path is not None and path.is_file() else []
 
 
 def stale_note() -> str | None:
@@ -88,13 +96,8 @@ def stale_note() -> str | None:
     the archive of the old ones, which the JVM would refuse: the driver starts without one,
     silently, until it is retrained. None when the archive is there, off, or never trained.
     """
-    if os.environ.get(CDS_ENV, "1") == "0":
-        return None
-    try:
-        path = archive_path()
-    except (OSError, ReviseError):
-        return None
-    if path.is_file() or not any(path.parent.glob("driver-*.jsa")):
+    path = _archive_if_on()
+    if path is None or path.is_file() or not any(path.parent.glob("driver-*.jsa")):
         return None
     return ("revise: the JVM class archive is for other jars, so the driver starts without "
             "it (~8 s longer): retrain it with `python -m revise.infra.cds` (or `make install`)")

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["CLOSE_ALL", "CLOSE_ALL_AT", "INPUT_END_PROPERTY", "BoundedEnd", "batch_offsets",
-           "close_all_due", "input_end_of_task", "input_reached", "last_planned_batch",
-           "set_input_end", "source_end", "write_close_all"]
+__all__ = ["CLOSE_ALL", "CLOSE_ALL_AT", "INPUT_END_PROPERTY", "BoundedEnd", "close_all_due",
+           "input_end_of_task", "input_reached", "set_input_end", "source_end",
+           "write_close_all"]
 
 CLOSE_ALL: Final = "close_all"
 """The control command that closes every open window of a shard."""
@@ -48,6 +48,17 @@ INPUT_END_PROPERTY: Final = "revise.inputEnd"
 """The job property holding the running micro-batch's input end offsets (JSON, or unset)."""
 
 
+def _offsets_json(offsets: Mapping[int, int]) -> str:
+    """``{partition: offset}`` as the compact JSON the command and the job property carry."""
+    return json.dumps({str(p): int(o) for p, o in sorted(offsets.items())},
+                      separators=(",", ":"))
+
+
+def _int_offsets(raw: Mapping[str, int] | None) -> dict[int, int]:
+    """JSON's ``{"partition": offset}`` (a command, the job property, a progress report)."""
+    return {int(p): int(o) for p, o in (raw or {}).items()}
+
+
 def write_close_all(control_dir: str, shards: int,
                     until: Mapping[int, int] | None = None) -> Path:
     """Drop one close-all command per shard into the control source (atomic rename).
@@ -55,8 +66,7 @@ def write_close_all(control_dir: str, shards: int,
     ``until``: the input offsets the micro-batch must reach for the command to take effect
     (None: at once).
     """
-    command = CLOSE_ALL if until is None else CLOSE_ALL_AT + json.dumps(
-        {str(p): int(o) for p, o in sorted(until.items())}, separators=(",", ":"))
+    command = CLOSE_ALL if until is None else CLOSE_ALL_AT + _offsets_json(until)
     name = f"close-{int(time.time() * 1000)}-{uuid.uuid4().hex[:6]}.json"
     tmp = Path(control_dir) / f".{name}.tmp"
     tmp.write_text("".join(json.dumps({"command": command, "shard": s}) + "\n"
@@ -81,46 +91,9 @@ def close_all_due(commands: Iterable[str], input_end: Mapping[int, int] | None) 
         if command == CLOSE_ALL:
             return True
         if command.startswith(CLOSE_ALL_AT) and input_end is not None:
-            until = {int(p): int(o) for p, o in json.loads(command[len(CLOSE_ALL_AT):]).items()}
-            if input_reached(input_end, until):
+            if input_reached(input_end, _int_offsets(json.loads(command[len(CLOSE_ALL_AT):]))):
                 return True
     return False
-
-
-def batch_offsets(checkpoint: str, batch_id: int,
-                  topic: str) -> tuple[dict[int, int] | None, int]:
-    """Micro-batch ``batch_id``'s end offsets in Spark's offset log: the input's, the control's.
-
-    The input's by partition (None when the entry cannot be read or holds none for ``topic``),
-    and the control source's ``logOffset`` (-1: no file read yet). Spark writes the entry
-    before it runs the micro-batch's sink; its third line holds the first source's offsets
-    (the Kafka input), its fourth the second's (the control files).
-    """
-    path = Path(checkpoint) / "spark" / "offsets" / str(batch_id)
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return None, -1
-    parsed = []
-    for line in lines[2:4]:
-        try:
-            parsed.append(json.loads(line) if line != "-" else None)
-        except ValueError:
-            parsed.append(None)
-    kafka, control = (parsed + [None, None])[:2]
-    read = ({int(p): int(o) for p, o in kafka[topic].items()}
-            if isinstance(kafka, dict) and isinstance(kafka.get(topic), dict) else None)
-    logged = int(control["logOffset"]) if isinstance(control, dict) else -1
-    return read, logged
-
-
-def last_planned_batch(checkpoint: str) -> int:
-    """The highest micro-batch id in Spark's offset log under ``checkpoint`` (-1: none)."""
-    try:
-        return max((int(p.name) for p in (Path(checkpoint) / "spark" / "offsets").iterdir()
-                    if p.name.isdigit()), default=-1)
-    except OSError:
-        return -1
 
 
 def set_input_end(spark: SparkSession, offsets: Mapping[int, int] | None) -> None:
@@ -129,8 +102,7 @@ def set_input_end(spark: SparkSession, offsets: Mapping[int, int] | None) -> Non
     Called by the committer on Spark's stream thread, before it computes the batch; None
     clears what an earlier micro-batch set.
     """
-    value = None if offsets is None else json.dumps(
-        {str(p): int(o) for p, o in sorted(offsets.items())}, separators=(",", ":"))
+    value = None if offsets is None else _offsets_json(offsets)
     spark.sparkContext.setLocalProperty(INPUT_END_PROPERTY, value)  # type: ignore[arg-type]
 
 
@@ -140,9 +112,7 @@ def input_end_of_task() -> dict[int, int] | None:
 
     ctx = TaskContext.get()
     raw = ctx.getLocalProperty(INPUT_END_PROPERTY) if ctx else None
-    if not raw:
-        return None
-    return {int(p): int(o) for p, o in json.loads(raw).items()}
+    return _int_offsets(json.loads(raw)) if raw else None
 
 
 def source_end(progress: Mapping[str, Any], index: int) -> Any:
@@ -216,8 +186,7 @@ class BoundedEnd:
             ctl = source_end(progress, 1)
             if ctl is None or int(ctl["logOffset"]) <= self._pending_after:
                 return
-            kafka = source_end(progress, 0) or {}
-            read = {int(p): int(o) for p, o in (kafka.get(self.topic) or {}).items()}
+            read = _int_offsets((source_end(progress, 0) or {}).get(self.topic))
             # This micro-batch read the command: it closed iff it read to the end.
             self.closed = input_reached(read, self.ends)
             self._pending_after = None

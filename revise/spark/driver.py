@@ -38,11 +38,12 @@ from typing import TYPE_CHECKING
 from revise.errors import ConfigError
 from revise.jobconfig import CHECKPOINT_META, JobConfig, checkpoint_fingerprint, recorded_layout
 from revise.spark.advice import retention_note
-from revise.spark.close_all import BoundedEnd, batch_offsets, last_planned_batch
+from revise.spark.close_all import BoundedEnd
 from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
 from revise.spark.failures import JobError, commit_failure
 from revise.spark.rewind import rewind_unfinished
 from revise.spark.session import long_run_conf, spark_session, sql_setting
+from revise.spark.spark_log import batch_offsets, last_entry
 from revise.spark.stream import build_stream
 from revise.spark.watch import JobDriver, ProgressCallback
 from sinks.delta_tables import DeltaSchemaError, DeltaTables
@@ -201,7 +202,7 @@ def run_job(
                              cfg.shards)
         # Input that fits in one micro-batch (or no --max-records-per-batch) closes in the
         # first one: the command goes in before the query starts.
-        read, control = batch_offsets(cfg.checkpoint, last_planned_batch(cfg.checkpoint),
+        read, control = batch_offsets(cfg.checkpoint, last_entry(cfg.checkpoint, "offsets"),
                                       cfg.input_topic)
         if bounded.start_batch(read or {}, control):
             tables.end_staging()
@@ -212,9 +213,9 @@ def run_job(
     # reads a close-all command (revise.spark.close_all), and the one that closes is its last.
     # Without this, Spark would start one more as soon as that one moved the watermark, and the
     # stop would wait for it (~0.6 s on a large state).
-    no_data_batches = "false" if bounded is not None else spark.conf.get(NO_DATA_BATCHES, "true")
-    with sql_setting(spark, SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, cfg))), \
-            sql_setting(spark, NO_DATA_BATCHES, str(no_data_batches)):
+    no_data_off = (sql_setting(spark, NO_DATA_BATCHES, "false") if bounded is not None
+                   else contextlib.nullcontext())
+    with sql_setting(spark, SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, cfg))), no_data_off:
         query = (
             stream.writeStream.outputMode("update")
             .queryName(f"revise_{cfg.query_id}".replace("-", "_").replace(".", "_"))

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from pathlib import Path
 
 from revise.errors import ReviseError
 from revise.jobconfig import JobConfig
 from revise.kafka_errors import explain_kafka_error
+from revise.spark.spark_log import last_entry
 from sinks.kafka import ProducerFencedError
 from sinks.kafka.admin import topic_exists
 
@@ -80,11 +80,7 @@ def last_committed_batch(checkpoint: str) -> int:
     A failed instance whose checkpoint holds batches it never ran was overtaken by another
     instance, whatever error text Spark gave it (see :func:`checkpoint_taken_over`).
     """
-    commits = Path(checkpoint) / "spark" / "commits"
-    try:
-        return max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=-1)
-    except OSError:
-        return -1
+    return last_entry(checkpoint, "commits")
 
 
 def root_cause(text: str) -> str:

@@ -21,14 +21,13 @@ from revise.spark.close_all import (
     CLOSE_ALL,
     INPUT_END_PROPERTY,
     BoundedEnd,
-    batch_offsets,
     close_all_due,
     input_reached,
-    last_planned_batch,
     write_close_all,
 )
 from revise.spark.committer import BatchCommitter, JobResult
 from revise.spark.operator import BatchTables, decode_output, encode_output
+from revise.spark.spark_log import batch_offsets, last_entry
 
 
 def _commands(path: Path) -> list[dict]:
@@ -57,11 +56,11 @@ def _offset_log(checkpoint: Path, batch_id: int, kafka: str, control: str) -> No
 
 
 def test_the_offset_log_gives_a_batchs_input_and_control_offsets(tmp_path):
-    assert last_planned_batch(str(tmp_path)) == -1
+    assert last_entry(str(tmp_path), "offsets") == -1
     assert batch_offsets(str(tmp_path), 0, "in") == (None, -1)
     _offset_log(tmp_path, 0, '{"in":{"0":5,"1":7}}', "-")
     _offset_log(tmp_path, 1, '{"in":{"0":9,"1":7}}', '{"logOffset":2}')
-    assert last_planned_batch(str(tmp_path)) == 1
+    assert last_entry(str(tmp_path), "offsets") == 1
     assert batch_offsets(str(tmp_path), 0, "in") == ({0: 5, 1: 7}, -1)
     assert batch_offsets(str(tmp_path), 1, "in") == ({0: 9, 1: 7}, 2)
     assert batch_offsets(str(tmp_path), 1, "other") == (None, 2)
