@@ -1,13 +1,14 @@
 """The driver's memory and time writing many micro-batches to the Delta tables.
 
 Run: ``python -m benchmarks.bench_delta_memory [--batches 700] [--rows 60]
-[--reload-every 50 1000000] [--allocator revise jemalloc] [--fresh-tables]
+[--reload-every 50 1000000] [--allocator revise bounded jemalloc] [--fresh-tables]
 [--property KEY=VALUE ...] [--commit-interval 0 5]``.
 
 For each ``--reload-every`` value and each ``--allocator`` setting (side by side, each in a
 fresh process so that one's heap does not hide the other's) — ``revise``: delta-rs's jemalloc
-with :data:`revise.DELTA_RS_MALLOC_CONF`, what every revise process uses; ``jemalloc``: its
-defaults, as before revise set it — writes ``--batches`` micro-batches of ``--rows``
+with :data:`revise.DELTA_RS_MALLOC_CONF`, what an unbounded run uses; ``bounded``: with
+:data:`revise.BOUNDED_DELTA_RS_MALLOC_CONF`, a bounded run's; ``jemalloc``: its defaults, as
+before revise set it — writes ``--batches`` micro-batches of ``--rows``
 revisions (windows of 10 batches, revisions 0–9, no late records or dead letters) through
 :class:`sinks.delta_tables.DeltaTables` into fresh tables, exactly as the job's committer does
 (three appends skipped as empty or written, one MERGE into ``latest``), with
@@ -37,13 +38,14 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from revise import DELTA_RS_MALLOC_CONF, MALLOC_CONF_ENV
+from revise import BOUNDED_DELTA_RS_MALLOC_CONF, DELTA_RS_MALLOC_CONF, MALLOC_CONF_ENV
 from revise.vocab import TABLE_NAMES
 
 __all__ = ["ALLOCATORS", "main"]
 
 MIB = 1024 * 1024
-ALLOCATORS = {"revise": DELTA_RS_MALLOC_CONF, "jemalloc": ""}
+ALLOCATORS = {"revise": DELTA_RS_MALLOC_CONF, "bounded": BOUNDED_DELTA_RS_MALLOC_CONF,
+              "jemalloc": ""}
 """``--allocator`` choices: the value of :data:`revise.MALLOC_CONF_ENV` in the child."""
 
 
@@ -153,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reload-every", type=int, nargs="+", default=[50, 1_000_000])
     ap.add_argument("--allocator", nargs="+", choices=sorted(ALLOCATORS),
                     default=["revise", "jemalloc"],
-                    help="delta-rs's allocator settings to compare (revise's; jemalloc's own)")
+                    help="delta-rs's allocator settings to compare (an unbounded run's, a bounded "
+                         "run's, jemalloc's own)")
     ap.add_argument("--fresh-tables", action="store_true",
                     help="also the control: each batch to new tables (the growth follows "
                          "commits to an existing table)")

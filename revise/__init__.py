@@ -6,12 +6,15 @@ what they use). The pure core lives in :mod:`revise.engine`, :mod:`revise.record
 
 It does one thing on import: it sets the default of :data:`DELTA_RS_MALLOC_CONF` (below),
 which must happen before delta-rs loads, and every process that writes revise's Delta tables
-imports this package first.
+imports this package first. A bounded run switches that default to
+:data:`BOUNDED_DELTA_RS_MALLOC_CONF` before it loads delta-rs (:func:`allocator_for_run`).
 """
 
 import os as _os
+import sys as _sys
 
-__all__ = ["DELTA_RS_MALLOC_CONF", "MALLOC_CONF_ENV"]
+__all__ = ["BOUNDED_DELTA_RS_MALLOC_CONF", "DELTA_RS_MALLOC_CONF", "MALLOC_CONF_ENV",
+           "allocator_for_run"]
 
 MALLOC_CONF_ENV = "_RJEM_MALLOC_CONF"
 """The environment variable that configures delta-rs's allocator (the jemalloc linked into the
@@ -27,4 +30,45 @@ for ~17 % more time in the Delta writes, ≈ 9 ms a micro-batch (docs/RELIABILIT
 -m benchmarks.bench_delta_memory``). Set on import of :mod:`revise` unless the variable is set
 already (the user's value wins); jemalloc reads it once, when delta-rs is first loaded."""
 
-_os.environ.setdefault(MALLOC_CONF_ENV, DELTA_RS_MALLOC_CONF)
+BOUNDED_DELTA_RS_MALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:0"
+"""jemalloc settings for delta-rs in a bounded run (``--once``): keep freed pages for a second.
+
+Returning every freed page at once makes delta-rs fault fresh zeroed pages in again for its
+next buffer; in a MERGE into a large ``latest`` (issue 12's 1M-key daily workload: ~1M rows
+rewritten) that is most of its time (kernel time: page zeroing, TLB flushes). Kept for a second,
+the pages are reused: side by side on that workload the driver spent ~22 against ~27–29 CPU
+seconds and the whole run took 0.94–0.98 of the time (docs/BENCHMARKS.md, 2026-11-28 14:00).
+The price is growth: ~35 KiB per commit against ~17 with :data:`DELTA_RS_MALLOC_CONF`
+(``python -m benchmarks.bench_delta_memory --allocator revise bounded``), which a run that ends
+can afford and an unbounded one, committing every half second for days, cannot."""
+
+_DEFAULT_MARK = "_REVISE_DEFAULT_MALLOC_CONF"
+"""Holds the value revise gave :data:`MALLOC_CONF_ENV`, so that a child process (which inherits
+both) tells revise's default from a value the user set."""
+
+
+def _set_default(value: str) -> None:
+    _os.environ[MALLOC_CONF_ENV] = value
+    _os.environ[_DEFAULT_MARK] = value
+
+
+_inherited = _os.environ.get(MALLOC_CONF_ENV)
+_USERS_MALLOC_CONF = _inherited is not None and _inherited != _os.environ.get(_DEFAULT_MARK)
+if not _USERS_MALLOC_CONF:  # unset, or revise's value in a parent (perhaps a bounded run's)
+    _set_default(DELTA_RS_MALLOC_CONF)
+
+
+def allocator_for_run(*, bounded: bool) -> str | None:
+    """Set delta-rs's allocator settings for a bounded or an unbounded run, if still possible.
+
+    Possible when the user did not set :data:`MALLOC_CONF_ENV` (their value wins) and delta-rs
+    is not loaded yet in this process (jemalloc reads the variable once, when it loads). The
+    job's driver calls it before it opens the Delta tables.
+
+    Returns:
+        The value delta-rs will read or has read: :data:`BOUNDED_DELTA_RS_MALLOC_CONF` or
+        :data:`DELTA_RS_MALLOC_CONF` when this call set it, the variable's value otherwise.
+    """
+    if not _USERS_MALLOC_CONF and "deltalake" not in _sys.modules:
+        _set_default(BOUNDED_DELTA_RS_MALLOC_CONF if bounded else DELTA_RS_MALLOC_CONF)
+    return _os.environ.get(MALLOC_CONF_ENV)

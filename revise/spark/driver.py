@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from revise import allocator_for_run
 from revise.errors import ConfigError
 from revise.jobconfig import CHECKPOINT_META, JobConfig, checkpoint_fingerprint, recorded_layout
 from revise.spark.advice import retention_note
@@ -168,6 +169,9 @@ def run_job(
         JobError: The streaming query failed.
     """
     t_start = time.monotonic()
+    # delta-rs's allocator: a bounded run keeps freed pages a second, an unbounded one returns
+    # them at once (flat memory for days); set before the Delta tables load delta-rs.
+    allocator_for_run(bounded=cfg.once)
     # An unbounded run's driver takes its heap at start (flat memory for days, issue 11); a
     # bad size in the environment is a configuration error, raised before anything is created.
     driver_conf = None if spark is not None or cfg.once else long_run_conf()

@@ -4,6 +4,9 @@ the processes they are for.
 - delta-rs's allocator: importing :mod:`revise` sets :data:`revise.DELTA_RS_MALLOC_CONF` under
   :data:`revise.MALLOC_CONF_ENV` unless the user set it, and that variable is the one the
   jemalloc inside the ``deltalake`` package reads (an unknown option makes it complain).
+- a bounded run's allocator: :func:`revise.allocator_for_run` switches the default to
+  :data:`revise.BOUNDED_DELTA_RS_MALLOC_CONF` when nothing stops it (the user's value, delta-rs
+  already loaded), and the job's driver calls it before it opens the Delta tables.
 - the driver JVM's heap: :func:`revise.spark.session.long_run_conf`.
 
 The figures (memory flat over a 30-minute soak) are a benchmark's, in docs/RELIABILITY.md; the
@@ -18,7 +21,7 @@ import sys
 
 import pytest
 
-from revise import DELTA_RS_MALLOC_CONF, MALLOC_CONF_ENV
+from revise import BOUNDED_DELTA_RS_MALLOC_CONF, DELTA_RS_MALLOC_CONF, MALLOC_CONF_ENV
 from revise.errors import ConfigError
 from revise.spark.session import long_run_conf
 
@@ -44,6 +47,78 @@ def test_delta_rs_reads_the_variable_and_a_users_value_wins():
     done = _python("import revise, deltalake", {MALLOC_CONF_ENV: "no_such_option:1"})
     assert done.returncode == 0, done.stderr
     assert "Invalid conf pair: no_such_option:1" in done.stderr
+
+
+@pytest.mark.parametrize(("bounded", "expected"), [(True, BOUNDED_DELTA_RS_MALLOC_CONF),
+                                                    (False, DELTA_RS_MALLOC_CONF)])
+def test_a_run_sets_its_allocator_before_delta_rs_loads(bounded, expected):
+    code = ("import os, revise\n"
+            f"print(revise.allocator_for_run(bounded={bounded}))\n"
+            "import deltalake\n"
+            f"print(os.environ[{MALLOC_CONF_ENV!r}])")
+    done = _python(code, {})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [expected, expected]
+    assert "<jemalloc>" not in done.stderr  # delta-rs's jemalloc knows every option
+
+
+def test_a_users_value_and_a_loaded_delta_rs_keep_the_allocator():
+    code = ("import os, revise\n"
+            "print(revise.allocator_for_run(bounded=True))")
+    done = _python(code, {MALLOC_CONF_ENV: "dirty_decay_ms:5"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "dirty_decay_ms:5"
+    # Too late once delta-rs is loaded: jemalloc has read the variable; it is left as read.
+    done = _python("import revise, deltalake\nprint(revise.allocator_for_run(bounded=True))", {})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == DELTA_RS_MALLOC_CONF
+
+
+def test_a_child_tells_revises_value_from_the_users():
+    # A bounded run's process hands its environment to its children: revise's value there is
+    # not the user's, so a child starts from the unbounded default and may choose again.
+    parent = ("import os, subprocess, sys, revise\n"
+              "revise.allocator_for_run(bounded=True)\n"
+              "child = 'import os, revise; print(os.environ[revise.MALLOC_CONF_ENV]); "
+              "print(revise.allocator_for_run(bounded=True))'\n"
+              "sys.stdout.write(subprocess.run([sys.executable, '-c', child], text=True,\n"
+              "                                capture_output=True, check=True).stdout)")
+    done = _python(parent, {})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [DELTA_RS_MALLOC_CONF, BOUNDED_DELTA_RS_MALLOC_CONF]
+    # The user's value, whatever the mark of a revise parent says, stays.
+    done = _python("import os, revise\nprint(revise.allocator_for_run(bounded=True))",
+                   {MALLOC_CONF_ENV: "dirty_decay_ms:5",
+                    "_REVISE_DEFAULT_MALLOC_CONF": DELTA_RS_MALLOC_CONF})
+    assert done.stdout.strip() == "dirty_decay_ms:5", done.stderr
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_the_driver_chooses_the_allocator_before_it_opens_the_delta_tables(monkeypatch, tmp_path,
+                                                                          once):
+    from revise.config import EngineConfig, WindowSpec
+    from revise.jobconfig import JobConfig
+    from revise.spark import driver
+
+    calls: list[tuple[str, bool | None]] = []
+
+    class Opened(Exception):
+        pass
+
+    def prepare(cfg, pool):  # where the Delta tables (and so delta-rs) are opened
+        calls.append(("prepare", None))
+        raise Opened
+
+    monkeypatch.setattr(driver, "allocator_for_run",
+                        lambda *, bounded: calls.append(("allocator", bounded)))
+    monkeypatch.setattr(driver, "_prepare", prepare)
+    monkeypatch.setattr(driver, "long_run_conf", lambda: {})
+    cfg = JobConfig(bootstrap_servers="127.0.0.1:1", input_topic="in", changelog_topic="out",
+                    delta_path=str(tmp_path / "d"), checkpoint=str(tmp_path / "c"), once=once,
+                    engine=EngineConfig(window=WindowSpec.parse("tumbling:10s"), grace_ms=0))
+    with pytest.raises(Opened):
+        driver.run_job(cfg)
+    assert calls == [("allocator", once), ("prepare", None)]
 
 
 def test_long_run_conf_fixes_the_driver_heap_at_start(monkeypatch):
