@@ -27,8 +27,9 @@ With jemalloc's defaults (freed pages kept for 10 s, purged only when the alloca
 the process that commits to the same Delta tables once per micro-batch grows by ~40 KiB per
 commit without end (an unbounded job's driver: ~3 GiB a day). With this setting it stays flat,
 for ~17 % more time in the Delta writes, ≈ 9 ms a micro-batch (docs/RELIABILITY.md, ``python
--m benchmarks.bench_delta_memory``). Set on import of :mod:`revise` unless the variable is set
-already (the user's value wins); jemalloc reads it once, when delta-rs is first loaded."""
+-m benchmarks.bench_delta_memory``). Set on import of :mod:`revise` unless the user set the
+variable (their value wins; revise's own value, inherited from a parent process, is not
+theirs); jemalloc reads it once, when delta-rs is first loaded."""
 
 BOUNDED_DELTA_RS_MALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:0"
 """jemalloc settings for delta-rs in a bounded run (``--once``): keep freed pages for a second.
@@ -36,11 +37,12 @@ BOUNDED_DELTA_RS_MALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:0"
 Returning every freed page at once makes delta-rs fault fresh zeroed pages in again for its
 next buffer; in a MERGE into a large ``latest`` (issue 12's 1M-key daily workload: ~1M rows
 rewritten) that is most of its time (kernel time: page zeroing, TLB flushes). Kept for a second,
-the pages are reused: side by side on that workload the driver spent ~22 against ~27–29 CPU
-seconds and the whole run took 0.94–0.98 of the time (docs/BENCHMARKS.md, 2026-11-28 14:00).
-The price is growth: ~35 KiB per commit against ~17 with :data:`DELTA_RS_MALLOC_CONF`
-(``python -m benchmarks.bench_delta_memory --allocator revise bounded``), which a run that ends
-can afford and an unbounded one, committing every half second for days, cannot."""
+the pages are reused: alternating runs on that workload, the driver spent 21–23 against 27–29
+CPU seconds and the whole run took 0.94–0.98 of the time (docs/BENCHMARKS.md, *delta-rs's
+allocator in a bounded run*). The price is growth: +64.5 MiB over 2,900 commits of a
+micro-batch each, against +50.5 MiB with :data:`DELTA_RS_MALLOC_CONF` (``python -m
+benchmarks.bench_delta_memory --allocator revise bounded``), which a run that ends can afford
+and an unbounded one, committing every few seconds for days, need not."""
 
 _DEFAULT_MARK = "_REVISE_DEFAULT_MALLOC_CONF"
 """Holds the value revise gave :data:`MALLOC_CONF_ENV`, so that a child process (which inherits
