@@ -33,6 +33,34 @@ def test_chunks_decode_back_to_one_table_per_kind_in_order(monkeypatch: pytest.M
     assert out.dead.schema == DEAD_LETTER_SCHEMA and out.dead.num_rows == 0
 
 
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+"""The first bytes of a zstd frame (RFC 8878)."""
+
+
+def test_chunks_are_compressed_and_decode_to_the_same_rows():
+    # Many rows of a few values: the chunk is far smaller than the same stream uncompressed,
+    # and each of its record batches carries zstd body compression.
+    from revise.spark import operator
+
+    late = _late(20_000)
+    frame = operator.encode_output(revisions=[], late=[late], dead=[])
+    assert frame is not None
+    (payload,) = frame["payload"].tolist()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, late.schema) as writer:
+        writer.write_table(late)
+    assert len(payload) < sink.getvalue().size / 2
+    reader = pa.ipc.open_stream(payload)
+    assert reader.read_all().equals(late)
+    stream = pa.BufferReader(payload)
+    pa.ipc.read_message(stream)  # the schema
+    message = pa.ipc.read_message(stream)  # the first record batch
+    assert message.type == "record batch"
+    assert _ZSTD_MAGIC in message.body.to_pybytes()  # each buffer a zstd frame
+    out = operator.decode_output(pa.Table.from_pandas(frame, preserve_index=False))
+    assert out.late.equals(late)
+
+
 def test_a_shard_without_output_yields_nothing():
     from revise.spark import operator
 
