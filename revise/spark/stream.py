@@ -29,9 +29,9 @@ from revise.spark.operator import (
     InputColumns,
     ShardProcessor,
     make_state_fn,
-    output_type,
     state_type,
 )
+from revise.spark.output import output_type
 from revise.spark.parse import classify
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from revise.spark.close_all import (
     write_close_all,
 )
 from revise.spark.committer import BatchCommitter, JobResult
-from revise.spark.operator import BatchTables, decode_output, encode_output
+from revise.spark.output import BatchTables, decode_output, encode_output
 from revise.spark.spark_log import batch_offsets, last_entry
 
 

@@ -17,17 +17,17 @@ def _late(n: int, offset0: int = 0) -> pa.Table:
 
 
 def test_chunks_decode_back_to_one_table_per_kind_in_order(monkeypatch: pytest.MonkeyPatch):
-    from revise.spark import operator
+    from revise.spark import output
 
-    monkeypatch.setattr(operator, "CHUNK_ROWS", 3)
+    monkeypatch.setattr(output, "CHUNK_ROWS", 3)
     first, second = _late(7), _late(2, offset0=100)
     # A shard's outputs as the operator gathers them: kinds without rows, or with no tables
     # at all, give no chunk.
-    frame = operator.encode_output(revisions=[REVISION_SCHEMA.empty_table()],
+    frame = output.encode_output(revisions=[REVISION_SCHEMA.empty_table()],
                                    late=[first, _late(0), second], dead=[])
     assert frame is not None
     assert frame["kind"].tolist() == ["late"] * 3 and frame["rows"].tolist() == [3, 3, 3]
-    out = operator.decode_output(pa.Table.from_pandas(frame, preserve_index=False))
+    out = output.decode_output(pa.Table.from_pandas(frame, preserve_index=False))
     assert out.late.equals(pa.concat_tables([first, second]))  # rows and order kept
     assert out.revisions.schema == REVISION_SCHEMA and out.revisions.num_rows == 0
     assert out.dead.schema == DEAD_LETTER_SCHEMA and out.dead.num_rows == 0
@@ -40,10 +40,10 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 def test_chunks_are_compressed_and_decode_to_the_same_rows():
     # Many rows of a few values: the chunk is far smaller than the same stream uncompressed,
     # and each of its record batches carries zstd body compression.
-    from revise.spark import operator
+    from revise.spark import output
 
     late = _late(20_000)
-    frame = operator.encode_output(revisions=[], late=[late], dead=[])
+    frame = output.encode_output(revisions=[], late=[late], dead=[])
     assert frame is not None
     (payload,) = frame["payload"].tolist()
     sink = pa.BufferOutputStream()
@@ -57,14 +57,14 @@ def test_chunks_are_compressed_and_decode_to_the_same_rows():
     message = pa.ipc.read_message(stream)  # the first record batch
     assert message.type == "record batch"
     assert _ZSTD_MAGIC in message.body.to_pybytes()  # each buffer a zstd frame
-    out = operator.decode_output(pa.Table.from_pandas(frame, preserve_index=False))
+    out = output.decode_output(pa.Table.from_pandas(frame, preserve_index=False))
     assert out.late.equals(late)
 
 
 def test_a_shard_without_output_yields_nothing():
-    from revise.spark import operator
+    from revise.spark import output
 
-    assert operator.encode_output(revisions=[REVISION_SCHEMA.empty_table()], late=[],
+    assert output.encode_output(revisions=[REVISION_SCHEMA.empty_table()], late=[],
                                   dead=[]) is None
 
 
@@ -77,7 +77,7 @@ def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
     from revise.config import EngineConfig, WindowSpec
     from revise.engine import Engine
     from revise.records import revision_schema
-    from revise.spark import operator
+    from revise.spark import operator, output
 
     aggs = AggList.parse("count,max(a.b),p50(a.b),distinct(u)")
     fields = operator.InputColumns((("num_a_b", "a.b"),), (("dst_u", "u"),))
@@ -95,9 +95,9 @@ def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
     cfg = EngineConfig(WindowSpec.parse("tumbling:10ms"), 0, agg_list=aggs)
     out = Engine.build(cfg, None).process(batch, watermark_ms=0, batch_id=4, now_ms=1)
     schema = revision_schema(aggs)
-    rows = operator.encode_output(revisions=[out.revisions.to_arrow()], late=[], dead=dead,
+    rows = output.encode_output(revisions=[out.revisions.to_arrow()], late=[], dead=dead,
                                   revision_schema=schema)
-    back = operator.decode_output(pa.Table.from_pandas(rows, preserve_index=False), schema)
+    back = output.decode_output(pa.Table.from_pandas(rows, preserve_index=False), schema)
     (rev,) = back.revisions.to_pylist()
     assert back.revisions.schema == schema and back.dead.num_rows == 1
     assert (rev["count"], rev["max_a_b"], rev["distinct_u"]) == (2, 4.0, 2)

@@ -16,7 +16,7 @@ from test_job_options import config
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.spark import committer as committer_module
 from revise.spark.committer import BatchCommitter, JobResult
-from revise.spark.operator import BatchTables
+from revise.spark.output import BatchTables
 from revise.spark.rewind import read_done
 from sinks.kafka import ChangelogCommitError, CommitResult
 

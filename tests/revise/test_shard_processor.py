@@ -20,7 +20,8 @@ import pytest
 from revise.config import EngineConfig, WindowSpec
 from revise.engine import Engine, InputBatch
 from revise.spark import operator
-from revise.spark.operator import ShardProcessor, decode_output
+from revise.spark.operator import ShardProcessor
+from revise.spark.output import decode_output
 from revise.spark.shard_state import EngineCache, Meta, Step, apply_step
 
 

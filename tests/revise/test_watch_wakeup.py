@@ -18,7 +18,7 @@ from test_overlap_commit import _ROW, _Batch, _Changelog, _Tables
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.spark import committer as committer_module
 from revise.spark.committer import BatchCommitter, JobResult
-from revise.spark.operator import BatchTables
+from revise.spark.output import BatchTables
 from revise.spark.watch import JobDriver
 
 
