@@ -12,7 +12,15 @@ State lives in a home folder (``$REVISE_HOME/broker`` by default, ``~/.revise/br
     cluster.json       ports, pids, cluster id — what ``status`` prints
     node-<id>/         server.properties, data/ (the log directory), broker.log
 
-Starting twice reuses the running broker. ``stop`` sends SIGTERM, waits, then SIGKILLs.
+A node is up while the pid in ``cluster.json`` still runs that node's own command line
+(``kafka.Kafka <home>/node-<id>/server.properties``), so a pid the kernel has since given to
+another process counts as down. :func:`status` returns only a cluster whose every node is up;
+:func:`recorded` and :meth:`BrokerCluster.up_nodes` tell a degraded cluster (some nodes up) from
+a stopped one.
+
+Starting twice reuses the running broker; starting a degraded cluster starts its down nodes again
+(same ids, ports and data) and leaves the others alone. ``stop`` sends SIGTERM to every node that
+is up, waits, then SIGKILLs; ``cluster.json`` stays, so the next start reuses ports and cluster id.
 """
 
 from __future__ import annotations
@@ -34,11 +42,18 @@ from typing import Any
 from revise.errors import InfraError, SetupError
 from revise.infra import secure as _secure_mod
 from revise.infra.jars import classpath
-from revise.infra.procs import free_port, java, jvm_options, pid_alive, port_free, terminate
+from revise.infra.procs import (
+    free_port,
+    java,
+    jvm_options,
+    port_free,
+    runs_command,
+    terminate,
+)
 
 __all__ = [
-    "BrokerCluster", "BrokerError", "default_home", "given_or_embedded", "restart_node", "start",
-    "status", "stop",
+    "BrokerCluster", "BrokerError", "default_home", "given_or_embedded", "recorded", "restart_node",
+    "start", "status", "stop",
 ]
 
 _READY_TIMEOUT_S = 90.0
@@ -90,9 +105,17 @@ class BrokerCluster:
         """Process ids of the nodes."""
         return [n.pid for n in self.nodes]
 
+    def node_up(self, node: BrokerNode) -> bool:
+        """Whether ``node``'s pid runs that node's Kafka process (not a process with its pid)."""
+        return runs_command(node.pid, _node_args(Path(self.home) / f"node-{node.node_id}"))
+
+    def up_nodes(self) -> tuple[BrokerNode, ...]:
+        """The nodes whose process runs, in node order."""
+        return tuple(n for n in self.nodes if self.node_up(n))
+
     def alive(self) -> bool:
         """True when every node's process is running."""
-        return all(pid_alive(n.pid) for n in self.nodes)
+        return all(self.node_up(n) for n in self.nodes)
 
     def to_json(self) -> str:
         """The ``cluster.json`` form."""
@@ -128,17 +151,24 @@ def _state_file(home: Path) -> Path:
     return home / "cluster.json"
 
 
-def status(home: Path | None = None) -> BrokerCluster | None:
-    """The running embedded broker under ``home``, or None when none runs there."""
-    home = home or default_home()
-    f = _state_file(home)
+def recorded(home: Path | None = None) -> BrokerCluster | None:
+    """The broker last started under ``home`` (``cluster.json``), up or not; None if none was.
+
+    Which of its nodes run: :meth:`BrokerCluster.up_nodes`.
+    """
+    f = _state_file((home or default_home()).resolve())
     if not f.is_file():
         return None
     try:
-        cluster = BrokerCluster.from_json(f.read_text())
+        return BrokerCluster.from_json(f.read_text())
     except (ValueError, KeyError, TypeError):
         return None
-    return cluster if cluster.alive() else None
+
+
+def status(home: Path | None = None) -> BrokerCluster | None:
+    """The embedded broker under ``home`` when every node runs; None when none or only some do."""
+    cluster = recorded(home)
+    return cluster if cluster is not None and cluster.alive() else None
 
 
 def _server_properties(
@@ -332,6 +362,9 @@ def start(
 ) -> BrokerCluster:
     """Start the embedded broker (or return the one already running under ``home``).
 
+    When only some nodes of the cluster under ``home`` run (the others died), the down nodes
+    start again on their ports with their data and rejoin; the running ones are left alone.
+
     Args:
         home: state folder; ``default_home()`` when None. Data persist there across restarts.
         port: client port of the first node; a free port when None. Node i uses port + i.
@@ -342,18 +375,24 @@ def start(
             :mod:`revise.infra.secure`; no plaintext listener.
 
     Raises:
-        BrokerError: Java missing, port taken, log directory not writable, or start-up failed.
+        BrokerError: Java missing, port taken, log directory not writable, or start-up failed;
+            a broker of the other kind (secure or plain) runs under ``home``; ``nodes`` or
+            ``port`` differ from those of the degraded cluster there.
     """
     home = (home or default_home()).resolve()
-    running = status(home)
-    if running is not None and running.secure == secure:
-        return running
-    if running is not None:
+    last = recorded(home)
+    up = last.up_nodes() if last is not None else ()
+    if last is not None and up and last.secure != secure:
         msg = (
-            f"a {'secure' if running.secure else 'plain'} broker already runs under {home}; "
+            f"a {'secure' if last.secure else 'plain'} broker already runs under {home}; "
             f"stop it first (`revise broker stop`) or pass another --home"
         )
         raise BrokerError(msg)
+    if last is not None and len(up) == len(last.nodes):
+        return last
+    if last is not None and up:
+        return _start_down_nodes(last, up, nodes=nodes, port=port,
+                                 ready_timeout_s=ready_timeout_s)
     _check_writable(home)
     previous = _previous(home, nodes, secure)
     plan = _plan_ports(previous, port, nodes)
@@ -400,15 +439,16 @@ def _start_node(
     return _launch_node(node_dir)
 
 
+def _node_args(node_dir: Path) -> list[str]:
+    """The JVM arguments after the classpath that run one node; unique to it (its own folder)."""
+    return [f"-Dlog4j2.configurationFile={node_dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={node_dir}",
+            "kafka.Kafka", str(node_dir / "server.properties")]
+
+
 def _launch_node(node_dir: Path) -> int:
     """Start the Kafka process of one node whose ``server.properties`` exists; returns its pid."""
-    proc = _run_java(
-        [f"-Dlog4j2.configurationFile={node_dir / 'log4j2.properties'}",
-         f"-Dkafka.logs.dir={node_dir}",
-         "kafka.Kafka", str(node_dir / "server.properties")],
-        log=node_dir / "stdout.log",
-    )
-    return proc.pid
+    return _run_java(_node_args(node_dir), log=node_dir / "stdout.log").pid
 
 
 def _new_cluster_id() -> str:
@@ -425,21 +465,22 @@ def _new_cluster_id() -> str:
 
 
 def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> BrokerCluster | None:
-    """Stop the embedded broker cleanly (SIGTERM, wait, then SIGKILL); data stay on disk.
+    """Stop every node of the embedded broker that runs (SIGTERM, wait, then SIGKILL).
 
-    Returns the cluster that was stopped, or None when none was running.
+    Data and ``cluster.json`` stay on disk: the next :func:`start` reuses ports and cluster id.
+    Returns the cluster when any of its nodes was running (all of them or a degraded rest),
+    None when none was.
     """
-    home = (home or default_home()).resolve()
-    cluster = status(home)
+    cluster = recorded(home)
     if cluster is None:
         return None
-    # Brokers first, then the last node, so the controller quorum outlives the brokers.
-    for n in cluster.nodes:
+    up = cluster.up_nodes()
+    for n in up:
         with contextlib.suppress(ProcessLookupError):
             os.kill(n.pid, signal.SIGTERM)
-    for n in cluster.nodes:
+    for n in up:
         terminate(n.pid, timeout_s=timeout_s)
-    return cluster
+    return cluster if up else None
 
 
 @contextlib.contextmanager
@@ -477,25 +518,68 @@ def restart_node(
             not come back.
     """
     home = (home or default_home()).resolve()
-    f = _state_file(home)
-    if not f.is_file():
+    cluster = recorded(home)
+    if cluster is None:
         msg = f"no embedded broker under {home}; start one with revise broker start"
         raise BrokerError(msg)
-    cluster = BrokerCluster.from_json(f.read_text())
     node = next((n for n in cluster.nodes if n.node_id == node_id), None)
     if node is None:
         ids = [n.node_id for n in cluster.nodes]
         msg = f"the cluster under {home} has nodes {ids}, not {node_id}"
         raise BrokerError(msg)
-    if pid_alive(node.pid):
+    if cluster.node_up(node):
         msg = f"node {node_id} (pid {node.pid}) is still running; stop it before restarting it"
         raise BrokerError(msg)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(node.pid, os.WNOHANG)  # reap it if it was our child
-    pid = _launch_node(home / f"node-{node_id}")
-    nodes = tuple(dataclasses.replace(n, pid=pid) if n.node_id == node_id else n
-                  for n in cluster.nodes)
-    restarted = dataclasses.replace(cluster, nodes=nodes)
-    f.write_text(restarted.to_json())
-    _wait_ready(restarted, ready_timeout_s)
+    return _relaunch(cluster, [node], ready_timeout_s)
+
+
+def _start_down_nodes(
+    cluster: BrokerCluster, up: tuple[BrokerNode, ...], *, nodes: int, port: int | None,
+    ready_timeout_s: float,
+) -> BrokerCluster:
+    """``start`` on a degraded cluster: its down nodes again, once the request matches it."""
+    down = [n for n in cluster.nodes if n not in up]
+    state = (f"nodes {','.join(str(n.node_id) for n in up)} up, "
+             f"{','.join(str(n.node_id) for n in down)} down")
+    if nodes != len(cluster.nodes) or port not in (None, cluster.nodes[0].port):
+        msg = (
+            f"the {len(cluster.nodes)}-node broker under {cluster.home} is degraded ({state}); "
+            f"start it with --nodes {len(cluster.nodes)} and no other --port to restart the "
+            "down nodes, or stop it first (`revise broker stop`)"
+        )
+        raise BrokerError(msg)
+    return _relaunch(cluster, down, ready_timeout_s)
+
+
+def _relaunch(
+    cluster: BrokerCluster, down: list[BrokerNode], ready_timeout_s: float
+) -> BrokerCluster:
+    """Start ``down`` (nodes whose process is gone) again on their ports; wait for all nodes.
+
+    Raises:
+        BrokerSetupError: A down node's port is taken by another process.
+        BrokerError: A node did not come back (the relaunched ones are stopped again).
+    """
+    home = Path(cluster.home)
+    for n in down:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(n.pid, os.WNOHANG)  # reap it if it was our child
+        taken = [p for p in (n.port, n.controller_port) if not port_free(p)]
+        if taken:
+            msg = (
+                f"node {n.node_id}'s port {taken[0]} on 127.0.0.1 is in use by another process; "
+                "stop that process, or stop the broker (`revise broker stop`) and use another "
+                "--home"
+            )
+            raise BrokerSetupError(msg)
+    pids = {n.node_id: _launch_node(home / f"node-{n.node_id}") for n in down}
+    restarted = dataclasses.replace(cluster, nodes=tuple(
+        dataclasses.replace(n, pid=pids.get(n.node_id, n.pid)) for n in cluster.nodes))
+    _state_file(home).write_text(restarted.to_json())
+    try:
+        _wait_ready(restarted, ready_timeout_s)
+    except BaseException:
+        for pid in pids.values():
+            terminate(pid, timeout_s=10)
+        raise
     return restarted

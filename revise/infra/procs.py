@@ -1,8 +1,9 @@
 """Local processes and ports of the embedded services (Kafka broker, Spark standalone cluster).
 
-Whether a pid or a process group is alive (a zombie counts as dead), whether a loopback port is
-free, a free port, the ``java`` executable and the extra options of every JVM revise starts,
-and terminating a process (SIGTERM, wait, SIGKILL).
+Whether a pid or a process group is alive (a zombie counts as dead), whether a pid still runs
+the command revise started under it (a recorded pid may since belong to another process),
+whether a loopback port is free, a free port, the ``java`` executable and the extra options of
+every JVM revise starts, and terminating a process (SIGTERM, wait, SIGKILL).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import shutil
 import signal
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from revise.errors import ConfigError, InfraError, SetupError
 
 __all__ = ["JVM_OPTIONS_ENV", "append_options", "free_port", "group_alive", "java",
-           "jdk_tool", "jvm_options", "pid_alive", "port_free", "terminate"]
+           "jdk_tool", "jvm_options", "pid_alive", "port_free", "runs_command", "terminate"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -53,6 +55,35 @@ def _thread_state(pid: int, tid: str) -> str:
         return "X"
     except OSError:
         return "?"
+
+
+def runs_command(pid: int, args: Sequence[str]) -> bool:
+    """Whether ``pid`` is alive and its command line holds ``args``, consecutive and whole.
+
+    What tells a process revise started from an unrelated one that got its pid since (the
+    kernel reuses pids): the caller passes arguments unique to that process, such as a node's
+    own ``server.properties`` path. Read from ``/proc/<pid>/cmdline``, or from a live thread's
+    when the main thread has ended (a JVM shutting down), whose own reads empty.
+    """
+    if not pid_alive(pid):
+        return False
+    wanted = b"\0" + b"\0".join(a.encode() for a in args) + b"\0"
+    return wanted in b"\0" + _cmdline(pid)
+
+
+def _cmdline(pid: int) -> bytes:
+    """The NUL-terminated arguments of ``pid`` (empty when gone or unreadable)."""
+    with contextlib.suppress(OSError):
+        found = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if found:
+            return found
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                found = Path(f"/proc/{pid}/task/{tid}/cmdline").read_bytes()
+                if found:
+                    return found
+    return b""
 
 
 def port_free(port: int) -> bool:

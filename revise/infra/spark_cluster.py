@@ -20,13 +20,20 @@ cluster, shipped by the driver (:mod:`revise.infra.pyfiles`). Spark's Kafka conn
 Delta jars come from the driver too (``spark.jars`` in :mod:`revise.spark.session`).
 
 Readiness: the Master's web UI JSON (``http://127.0.0.1:<webui>/json/``) lists every Worker
-as ALIVE. Starting twice reuses the running cluster. ``stop`` sends SIGTERM to each process
-group (a Worker and the executors it launched), waits, then SIGKILLs what is left.
+(by its port) as ALIVE. A process is up while its recorded pid still runs its own command line
+(the Master's class and ports, a Worker's ports and work dir), so a reused pid counts as down.
+
+Starting twice reuses the running cluster. Starting a degraded one (some processes down): with
+the Master up, the down Workers start again (same number and work dir, new ports) and join it;
+with the Master down, what is left is stopped and a new cluster starts (a new master URL).
+``stop`` sends SIGTERM to each process group still up (a Worker and the executors it launched,
+then the Master), waits, SIGKILLs what is left, and removes ``cluster.json``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -45,7 +52,7 @@ from revise.infra.procs import (
     free_port,
     group_alive,
     jvm_options,
-    pid_alive,
+    runs_command,
 )
 
 __all__ = [
@@ -53,6 +60,7 @@ __all__ = [
     "SparkClusterError",
     "SparkWorker",
     "default_home",
+    "recorded",
     "start",
     "status",
     "stop",
@@ -113,19 +121,51 @@ class SparkCluster:
         """The Master's pid, then each Worker's."""
         return [self.master_pid, *(w.pid for w in self.workers)]
 
+    def master_up(self) -> bool:
+        """Whether the Master's pid runs this cluster's Master (not a process with its pid)."""
+        return runs_command(self.master_pid, _master_args(self.port, self.webui_port))
+
+    def worker_up(self, worker: SparkWorker) -> bool:
+        """Whether ``worker``'s pid runs that Worker of this cluster."""
+        return runs_command(worker.pid, _worker_args(Path(self.home), self.port, worker))
+
+    def up_workers(self) -> tuple[SparkWorker, ...]:
+        """The Workers whose process runs, in index order."""
+        return tuple(w for w in self.workers if self.worker_up(w))
+
     def alive(self) -> bool:
         """True when the Master and every Worker process are running."""
-        return all(pid_alive(p) for p in self.pids)
+        return self.master_up() and len(self.up_workers()) == len(self.workers)
 
-    def describe(self) -> str:
-        """The ``key=value`` lines ``revise spark start|status`` print (``master=`` first)."""
-        lines = [f"master={self.master_url}", f"master.pid={self.master_pid}"]
-        lines += [f"worker.{w.index}.pid={w.pid}" for w in self.workers]
-        lines += [
-            f"workers={len(self.workers)}",
-            f"webui={self.webui_url}",
-            f"home={self.home}",
-        ]
+    def states(self) -> dict[str, bool]:
+        """Whether each process is up: ``master``, then ``worker.<i>`` in index order."""
+        up_workers = self.up_workers()
+        return {"master": self.master_up()} | {f"worker.{w.index}": w in up_workers
+                                               for w in self.workers}
+
+    def describe(self, states: dict[str, bool] | None = None) -> str:
+        """The ``key=value`` lines ``revise spark start|status`` print.
+
+        ``master=`` first and ``webui=`` while the Master is up; each process's pid and
+        ``up``/``down``; last ``state=running``, or ``state=degraded up=… down=…`` naming the
+        processes (``master``, ``worker.<i>``) when some are down. ``states``: those of
+        :meth:`states` (read now when None).
+        """
+        states = self.states() if states is None else states
+        lines = [f"master={self.master_url}"] if states["master"] else []
+        lines += [f"master.pid={self.master_pid}", f"master.state={_word(states['master'])}"]
+        for w in self.workers:
+            lines += [f"worker.{w.index}.pid={w.pid}",
+                      f"worker.{w.index}.state={_word(states[f'worker.{w.index}'])}"]
+        lines.append(f"workers={len(self.workers)}")
+        lines += [f"webui={self.webui_url}"] if states["master"] else []
+        lines.append(f"home={self.home}")
+        if all(states.values()):
+            lines.append("state=running")
+        else:
+            up = ",".join(k for k, v in states.items() if v) or "-"
+            down = ",".join(k for k, v in states.items() if not v)
+            lines.append(f"state=degraded up={up} down={down}")
         return "\n".join(lines)
 
     def to_json(self) -> str:
@@ -142,12 +182,33 @@ class SparkCluster:
         return cls(workers=workers, **d)
 
 
+def _word(up: bool) -> str:
+    return "up" if up else "down"
+
+
+def _master_args(port: int, webui_port: int) -> list[str]:
+    """``spark-class`` arguments of the Master on these ports."""
+    return [_MASTER_CLASS, "--host", HOST, "--port", str(port), "--webui-port", str(webui_port)]
+
+
+def _worker_args(home: Path, master_port: int, worker: SparkWorker) -> list[str]:
+    """``spark-class`` arguments of ``worker``: its ports, resources and own work dir."""
+    return [_WORKER_CLASS, f"spark://{HOST}:{master_port}", "--host", HOST,
+            "--port", str(worker.port), "--webui-port", str(worker.webui_port),
+            "--cores", str(worker.cores), "--memory", worker.memory,
+            "--work-dir", str(home / f"worker-{worker.index}")]
+
+
 def _state_file(home: Path) -> Path:
     return home / "cluster.json"
 
 
-def _recorded(home: Path) -> SparkCluster | None:
-    f = _state_file(home)
+def recorded(home: Path | None = None) -> SparkCluster | None:
+    """The cluster last started under ``home`` (``cluster.json``), up or not; None if none was.
+
+    Which of its processes run: :meth:`SparkCluster.master_up`, :meth:`SparkCluster.up_workers`.
+    """
+    f = _state_file((home or default_home()).resolve())
     if not f.is_file():
         return None
     try:
@@ -158,7 +219,7 @@ def _recorded(home: Path) -> SparkCluster | None:
 
 def status(home: Path | None = None) -> SparkCluster | None:
     """The running cluster under ``home``, or None when none (or only part of one) runs."""
-    cluster = _recorded((home or default_home()).resolve())
+    cluster = recorded(home)
     return cluster if cluster is not None and cluster.alive() else None
 
 
@@ -226,8 +287,8 @@ def _log_tail(path: Path, chars: int = 1500) -> str:
         return "(no log)"
 
 
-def _wait_ready(cluster: SparkCluster, timeout_s: float, *, workers: int) -> None:
-    """Wait until the Master is ALIVE and its JSON lists ``workers`` Workers as ALIVE.
+def _wait_ready(cluster: SparkCluster, timeout_s: float) -> None:
+    """Wait until the Master is ALIVE and its JSON lists every Worker's port as ALIVE.
 
     Workers start only once the Master is ALIVE: one that registers earlier is ignored and
     retries 5-15 s later, which would double the start-up time.
@@ -236,17 +297,20 @@ def _wait_ready(cluster: SparkCluster, timeout_s: float, *, workers: int) -> Non
     deadline = time.monotonic() + timeout_s
     last = "the master's web UI did not answer"
     while time.monotonic() < deadline:
-        dead = [p for p in cluster.pids if not pid_alive(p)]
+        dead = [w.pid for w in cluster.workers if not cluster.worker_up(w)]
+        dead = dead if cluster.master_up() else [cluster.master_pid, *dead]
         if dead:
             logs = "\n".join(f"--- {p.name}:\n{_log_tail(p)}" for p in sorted(home.glob("*.log")))
             msg = f"a Spark process (pid {dead[0]}) exited during start-up:\n{logs}"
             raise SparkClusterError(msg)
         info = _master_json(cluster.webui_port)
         if info is not None:
-            alive = [w for w in info.get("workers", []) if w.get("state") == "ALIVE"]
-            if info.get("status") == "ALIVE" and len(alive) >= workers:
+            alive = {w.get("port") for w in info.get("workers", []) if w.get("state") == "ALIVE"}
+            joined = [w for w in cluster.workers if w.port in alive]
+            if info.get("status") == "ALIVE" and len(joined) == len(cluster.workers):
                 return
-            last = f"master {info.get('status')}, {len(alive)} of {workers} workers ALIVE"
+            last = (f"master {info.get('status')}, "
+                    f"{len(joined)} of {len(cluster.workers)} workers ALIVE")
         time.sleep(0.3)
     msg = (
         f"the Spark cluster was not ready within {timeout_s:.0f}s ({last}); "
@@ -291,45 +355,34 @@ def start(
     """
     _check_args(workers, cores, memory)
     home = (home or default_home()).resolve()
-    running = status(home)
-    if running is not None:
-        if len(running.workers) != workers:
+    last = recorded(home)
+    if last is not None and last.master_up():
+        if len(last.workers) != workers:
             msg = (
-                f"a Spark cluster with {len(running.workers)} workers already runs under "
+                f"a Spark cluster with {len(last.workers)} workers already runs under "
                 f"{home}; stop it first (`revise spark stop`) or pass another --home"
             )
             raise SparkClusterError(msg)
-        return running
-    stop(home)  # leftovers of a partly dead cluster
+        return _start_down_workers(last, python or sys.executable, ready_timeout_s)
+    stop(home)  # what is left of a cluster whose Master is down
     home.mkdir(parents=True, exist_ok=True)
     env = _child_env(home, python or sys.executable)
     port, webui = free_port(), free_port()
     pids: list[int] = []
     try:
-        master_pid = _spawn(
-            [_MASTER_CLASS, "--host", HOST, "--port", str(port), "--webui-port", str(webui)],
-            env=env, log=home / "master.log", cwd=home,
-        )
+        master_pid = _spawn(_master_args(port, webui), env=env, log=home / "master.log",
+                            cwd=home)
         pids.append(master_pid)
         deadline = time.monotonic() + ready_timeout_s
-        _wait_ready(SparkCluster(str(home), port, webui, master_pid, ()), ready_timeout_s,
-                    workers=0)
+        _wait_ready(SparkCluster(str(home), port, webui, master_pid, ()), ready_timeout_s)
         started: list[SparkWorker] = []
         for i in range(1, workers + 1):
-            work_dir = home / f"worker-{i}"
-            work_dir.mkdir(exist_ok=True)
-            w_port, w_webui = free_port(), free_port()
-            pid = _spawn(
-                [_WORKER_CLASS, f"spark://{HOST}:{port}", "--host", HOST, "--port", str(w_port),
-                 "--webui-port", str(w_webui), "--cores", str(cores), "--memory", memory,
-                 "--work-dir", str(work_dir)],
-                env=env, log=home / f"worker-{i}.log", cwd=work_dir,
-            )
-            pids.append(pid)
-            started.append(SparkWorker(i, w_port, w_webui, pid, cores, memory))
+            worker = _spawn_worker(home, env, port, SparkWorker(i, 0, 0, 0, cores, memory))
+            pids.append(worker.pid)
+            started.append(worker)
         cluster = SparkCluster(str(home), port, webui, master_pid, tuple(started))
         _state_file(home).write_text(cluster.to_json())
-        _wait_ready(cluster, max(1.0, deadline - time.monotonic()), workers=workers)
+        _wait_ready(cluster, max(1.0, deadline - time.monotonic()))
     except BaseException:
         for pid in reversed(pids):
             _terminate_group(pid, timeout_s=10)
@@ -337,13 +390,40 @@ def start(
     return cluster
 
 
-def _is_spark_daemon(pid: int) -> bool:
-    """True when ``pid`` runs a Spark Master or Worker (guards against reused pids)."""
+def _spawn_worker(home: Path, env: dict[str, str], master_port: int,
+                  worker: SparkWorker) -> SparkWorker:
+    """Start Worker ``worker.index`` on new free ports; the record with its ports and pid."""
+    work_dir = home / f"worker-{worker.index}"
+    work_dir.mkdir(exist_ok=True)
+    placed = dataclasses.replace(worker, port=free_port(), webui_port=free_port())
+    pid = _spawn(_worker_args(home, master_port, placed), env=env,
+                 log=home / f"worker-{worker.index}.log", cwd=work_dir)
+    return dataclasses.replace(placed, pid=pid)
+
+
+def _start_down_workers(cluster: SparkCluster, python: str, timeout_s: float) -> SparkCluster:
+    """The cluster whose Master runs, with its down Workers started again and registered.
+
+    Raises:
+        SparkClusterError: A restarted Worker died or did not register (it is stopped again).
+    """
+    home = Path(cluster.home)
+    up = cluster.up_workers()
+    if len(up) == len(cluster.workers):
+        return cluster
+    env = _child_env(home, python)
+    workers = tuple(w if w in up else _spawn_worker(home, env, cluster.port, w)
+                    for w in cluster.workers)
+    restarted = dataclasses.replace(cluster, workers=workers)
+    _state_file(home).write_text(restarted.to_json())
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"org.apache.spark.deploy." in cmdline
+        _wait_ready(restarted, timeout_s)
+    except BaseException:
+        for w in workers:
+            if w not in up:
+                _terminate_group(w.pid, timeout_s=10)
+        raise
+    return restarted
 
 
 def _terminate_group(pid: int, *, timeout_s: float) -> None:
@@ -363,15 +443,16 @@ def _terminate_group(pid: int, *, timeout_s: float) -> None:
 def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> SparkCluster | None:
     """Stop the cluster under ``home``: Workers (and their executors) first, then the Master.
 
-    Also cleans up a partly dead cluster. Returns the cluster whose processes were stopped,
-    or None when none of them was running.
+    Stops every process still up, also of a degraded cluster, and removes ``cluster.json``.
+    Returns the cluster when any of its processes was running, None when none was.
     """
     home = (home or default_home()).resolve()
-    cluster = _recorded(home)
+    cluster = recorded(home)
     if cluster is None:
         return None
-    # Only processes that still run a Spark daemon: a recorded pid may have been reused.
-    live = [p for p in reversed(cluster.pids) if pid_alive(p) and _is_spark_daemon(p)]
+    # Only processes that still run their own command line: a recorded pid may have been reused.
+    live = [w.pid for w in reversed(cluster.up_workers())]
+    live += [cluster.master_pid] if cluster.master_up() else []
     for pid in live:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)

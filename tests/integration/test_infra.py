@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from revise.errors import InfraError
 from revise.infra import broker, jars
-from revise.infra.procs import jvm_options
+from revise.infra.procs import jvm_options, pid_alive
 
 pytestmark = [pytest.mark.kafka]
 
@@ -160,12 +161,37 @@ def test_missing_java_is_reported(tmp_path: Path) -> None:
     assert "Java is not installed" in proc.stderr
 
 
+def _broker_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m revise broker ARGS --home ROOT`` (the broker's folder is ROOT/broker)."""
+    cmd = [sys.executable, "-m", "revise", "broker", *args, "--home", str(root)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False)
+
+
+def _sigkill(pid: int) -> None:
+    """SIGKILL ``pid`` and wait until it is gone (or a zombie)."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while pid_alive(pid):
+        assert time.monotonic() < deadline, f"{pid} survived SIGKILL"
+        time.sleep(0.05)
+
+
+def _nodes(out: str) -> dict[int, tuple[str, int]]:
+    """``node.<id>=up|down port=P pid=N`` lines of status/start: id -> (state, pid)."""
+    found = {}
+    for line in out.splitlines():
+        if line.startswith("node."):
+            head, _port, pid = line.split()
+            node, state = head.removeprefix("node.").split("=")
+            found[int(node)] = (state, int(pid.removeprefix("pid=")))
+    return found
+
+
 def test_cli_broker_status_start_stop(tmp_path: Path) -> None:
     home = tmp_path / "cli"
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "revise", "broker", *args, "--home", str(home)]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        return _broker_cli(home, *args)
 
     assert cli("status").stdout.strip() == "not running"
     started = cli("start")
@@ -176,6 +202,8 @@ def test_cli_broker_status_start_stop(tmp_path: Path) -> None:
         assert status.returncode == 0
         pids = [out.split("pids=")[1].split()[0] for out in (status.stdout, started.stdout)]
         assert pids[0] == pids[1]
+        assert status.stdout == started.stdout
+        assert _nodes(status.stdout) == {1: ("up", int(pids[0]))}
     finally:
         stopped = cli("stop")
     assert stopped.stdout.strip() == "stopped"
@@ -183,8 +211,12 @@ def test_cli_broker_status_start_stop(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_three_broker_cluster_replicates_and_commits_transactions(tmp_path: Path) -> None:
-    home = tmp_path / "cluster"
+def test_three_broker_cluster_replicates_commits_and_reports_a_dead_node(tmp_path: Path) -> None:
+    """Transactions on 3 nodes; then a SIGKILLed node: ``revise broker status`` exits 4 and
+    names the nodes up and down, ``start`` starts the dead node again, ``stop`` stops the
+    survivors of another kill, and status exits 3."""
+    root = tmp_path / "root"
+    home = root / "broker"
     cluster = broker.start(home, nodes=3)
     try:
         assert len(cluster.nodes) == 3
@@ -201,6 +233,36 @@ def test_three_broker_cluster_replicates_and_commits_transactions(tmp_path: Path
         p.produce(topic, b"committed")
         p.commit_transaction(60)
         assert _consume_all(bs, topic, 1, timeout_s=60) == [b"committed"]
+
+        n1, n2, n3 = cluster.nodes
+        _sigkill(n2.pid)
+        degraded = _broker_cli(root, "status")
+        assert degraded.returncode == 4, degraded
+        assert _nodes(degraded.stdout) == {1: ("up", n1.pid), 2: ("down", n2.pid),
+                                           3: ("up", n3.pid)}
+        assert degraded.stdout.startswith(
+            f"degraded bootstrap=127.0.0.1:{n1.port},127.0.0.1:{n3.port} ")
+        assert "degraded: node 1,3 up, node 2 down" in degraded.stdout
+        assert "--nodes 3 starts the down nodes again" in degraded.stderr
+        assert broker.status(home) is None  # what the other commands use: not a whole cluster
+
+        wrong = _broker_cli(root, "start")  # --nodes 1
+        assert wrong.returncode == 1 and "degraded (nodes 1,3 up, 2 down)" in wrong.stderr, wrong
+        healed = _broker_cli(root, "start", "--nodes", "3")
+        assert healed.returncode == 0, healed.stderr[-3000:]
+        nodes = _nodes(healed.stdout)
+        assert nodes[1] == ("up", n1.pid) and nodes[3] == ("up", n3.pid), nodes
+        assert nodes[2][0] == "up" and nodes[2][1] != n2.pid and pid_alive(nodes[2][1])
+        assert _broker_cli(root, "status").returncode == 0
+        assert len(AdminClient({"bootstrap.servers": bs}).list_topics(timeout=30).brokers) == 3
+
+        _sigkill(n1.pid)
+        assert _nodes(_broker_cli(root, "status").stdout)[1][0] == "down"
+        stopped = _broker_cli(root, "stop")
+        assert stopped.returncode == 0 and stopped.stdout.strip() == "stopped", stopped
+        assert not pid_alive(nodes[2][1]) and not pid_alive(n3.pid)
+        gone = _broker_cli(root, "status")
+        assert gone.returncode == 3 and gone.stdout.strip() == "not running", gone
     finally:
         broker.stop(home)
 

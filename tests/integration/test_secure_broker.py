@@ -134,7 +134,8 @@ def test_cli_status_prints_the_same_lines(cluster: broker.BrokerCluster) -> None
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == cluster.describe_lines()
+    nodes = [f"node.{n.node_id}=up port={n.port} pid={n.pid}" for n in cluster.nodes]
+    assert out.stdout.splitlines() == [*cluster.describe_lines(), *nodes]
 
 
 # --------------------------------------------------------------------------- users and ACLs
@@ -322,7 +323,8 @@ def test_three_secure_nodes_start_serve_and_stop(tmp_path: Path) -> None:
         assert out.returncode == 0, out.stderr[-3000:]
         c3 = broker.status(home)
         assert c3 is not None and len(c3.nodes) == 3 and c3.secure
-        assert out.stdout.splitlines() == c3.describe_lines()
+        nodes = [f"node.{n.node_id}=up port={n.port} pid={n.pid}" for n in c3.nodes]
+        assert out.stdout.splitlines() == [*c3.describe_lines(), *nodes]
         assert out.stdout.startswith(f"bootstrap={c3.bootstrap_servers}\n")
         assert len(c3.bootstrap_servers.split(",")) == 3
         admin = AdminClient(c3.client_config("admin"))

@@ -1,7 +1,9 @@
 """A real local Spark standalone cluster: lifecycle, revise shipped to executors, same revisions.
 
 - ``revise spark start|status|stop``: Spark's own Master and Worker JVMs (pids alive, then gone,
-  ports released), ``master=spark://HOST:PORT`` first in what start and status print.
+  ports released), ``master=spark://HOST:PORT`` first in what start and status print. A
+  SIGKILLed Worker: status exits 4 and names it down, start starts it again; a SIGKILLed
+  Master: status exits 4 without ``master=``, stop stops the Workers left, status exits 3.
 - Shipping: the executors run an interpreter that *cannot* import revise (see
   ``isolated_python``), the Workers get no PYTHONPATH and run outside the repository; a Spark
   job whose ``applyInPandas`` imports ``windows`` and ``revise.engine`` returns the same rows
@@ -67,6 +69,14 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _sigkill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"{pid} survived SIGKILL"
+        time.sleep(0.05)
+
+
 def _port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -114,6 +124,36 @@ def test_cli_start_status_stop(tmp_path: Path) -> None:
         ports = [cluster.port, cluster.webui_port, *(w.port for w in cluster.workers),
                  *(w.webui_port for w in cluster.workers)]
         assert all(map(_port_in_use, ports))
+
+        # a dead Worker: degraded, and start starts it again on the same Master
+        _sigkill(pids[2])
+        degraded = _cli("spark", "status", "--home", str(home))
+        assert degraded.returncode == 4, degraded
+        assert degraded.stdout.splitlines()[0] == f"master={info['master']}"
+        state = _parse(degraded.stdout)
+        assert (state["master.state"], state["worker.1.state"], state["worker.2.state"]) == (
+            "up", "up", "down")
+        assert state["state"] == "degraded up=master,worker.1 down=worker.2"
+        assert "revise spark start" in degraded.stderr
+        healed = _cli("spark", "start", "--workers", "2", "--home", str(home))
+        assert healed.returncode == 0, healed.stderr[-3000:]
+        again = _parse(healed.stdout)
+        assert again["master.pid"] == info["master.pid"] and again["state"] == "running"
+        assert again["worker.1.pid"] == info["worker.1.pid"]
+        pids[2] = int(again["worker.2.pid"])
+        assert _alive(pids[2]) and str(pids[2]) != info["worker.2.pid"]
+        assert _cli("spark", "status", "--home", str(home)).returncode == 0
+        alive = [w for w in _master_json(info["webui"])["workers"] if w["state"] == "ALIVE"]
+        assert len(alive) == 2, alive
+        ports += [w.port for w in spark_cluster.status(home / "spark").workers]
+
+        # a dead Master: degraded without master=, stop stops the Workers left
+        _sigkill(pids[0])
+        headless = _cli("spark", "status", "--home", str(home))
+        assert headless.returncode == 4, headless
+        state = _parse(headless.stdout)
+        assert "master" not in state and "webui" not in state, state
+        assert state["state"] == "degraded up=worker.1,worker.2 down=master"
         stopped = _cli("spark", "stop", "--home", str(home))
         assert stopped.returncode == 0 and stopped.stdout.strip() == "stopped"
         assert not any(map(_alive, pids))

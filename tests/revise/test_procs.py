@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from revise.infra.procs import pid_alive, terminate
+from revise.infra.procs import pid_alive, runs_command, terminate
 
 # Ignores SIGTERM and holds 1 GiB of touched memory, whose unmapping makes a SIGKILLed process
 # linger for a moment, as a broker JVM's heap does.
@@ -82,9 +82,27 @@ def test_a_process_whose_main_thread_is_a_zombie_is_alive_while_another_thread_r
             assert time.monotonic() < deadline, "the main thread never ended"
             time.sleep(0.05)
         assert pid_alive(child.pid)  # its sleeping thread still runs
+        # its command line is still read (from the live thread's /proc entry)
+        assert runs_command(child.pid, ["-c", _HEADLESS])
         terminate(child.pid, timeout_s=5)  # SIGTERM's default action ends it
         assert not pid_alive(child.pid)
         assert child.poll() is not None  # terminate reaped our child
     finally:
         child.kill()
         child.wait(30)
+
+
+def test_runs_command_tells_the_recorded_process_from_another_with_its_pid() -> None:
+    """A recorded pid counts as up only while it runs the arguments revise started it with."""
+    args = ["-c", "import time; time.sleep(600)", "node-7/server.properties"]
+    child = subprocess.Popen([sys.executable, *args])
+    try:
+        assert runs_command(child.pid, args)
+        assert runs_command(child.pid, args[-1:])  # a whole argument
+        assert not runs_command(child.pid, ["server.properties"])  # not a part of one
+        assert not runs_command(child.pid, [args[-1], args[0]])  # not in that order
+        assert not runs_command(child.pid, ["node-8/server.properties"])  # another node's
+    finally:
+        child.kill()
+        child.wait(30)
+    assert not runs_command(child.pid, args)  # gone
