@@ -475,6 +475,7 @@ def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> Bro
     if cluster is None:
         return None
     up = cluster.up_nodes()
+    # Brokers first, then the last node, so the controller quorum outlives the brokers.
     for n in up:
         with contextlib.suppress(ProcessLookupError):
             os.kill(n.pid, signal.SIGTERM)
