@@ -24,6 +24,12 @@ or read every view as of a Delta version or timestamp (time travel)::
     revise query "SELECT * FROM provisional_windows" --delta-path DIR --as-of-version 12
     revise query "SELECT * FROM latest" --delta-path DIR --as-of-timestamp '2026-01-01 10:00:00'
 
+or answer every view from the revisions known at an emission time or a watermark
+(:mod:`revise.query.known`)::
+
+    revise query "SELECT * FROM provisional_windows" --delta-path DIR --as-known-at 1767225700000
+    revise query "SELECT * FROM final_windows" --delta-path DIR --as-of-watermark 1767225600000
+
 Bad SQL, an unknown table or view, or a time-travel point the tables do not have is a usage
 error (exit 2) with a one-line message that names the views; never a Java stack trace.
 """
