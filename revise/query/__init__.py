@@ -5,6 +5,8 @@
 - :mod:`revise.query.run` — open the views in a Spark session, run SQL, format the result.
 - :mod:`revise.query.local` — the same views and SQL in-process (delta-rs + DataFusion, no JVM):
   what ``revise query`` uses by default.
+- :mod:`revise.query.known` — what was known when: the views as of an emission time or a
+  watermark (``--as-known-at``, ``--as-of-watermark``), on both engines.
 """
 
 from __future__ import annotations

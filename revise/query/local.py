@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 
 from revise.errors import ConfigError
+from revise.query.known import check_one_point, known_point, known_tables_sql, parse_time_ms
 from revise.query.run import check_delta_path, views_hint
 from revise.query.views import VIEW_DEFINITIONS, fmt_time, older_than_kept
 from revise.vocab import TABLE_NAMES
@@ -110,23 +111,6 @@ def commit_times(table_path: str) -> list[tuple[int, int]]:
     return out
 
 
-def _parse_timestamp(timestamp: str | dt.datetime) -> int:
-    """``timestamp`` in epoch ms; a naive time is UTC (Spark's session time zone)."""
-    if isinstance(timestamp, dt.datetime):
-        when = timestamp
-    else:
-        text = str(timestamp).strip()
-        try:
-            when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            msg = (f"--as-of-timestamp {timestamp!r} is not a timestamp; write e.g. "
-                   "'2026-01-01 10:00:00' (UTC) or '2026-01-01T10:00:00+01:00'")
-            raise ConfigError(msg) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1000)
-
-
 def _fmt_ms(ms: int) -> str:
     return fmt_time(dt.datetime.fromtimestamp(ms / 1000, dt.UTC))
 
@@ -178,12 +162,10 @@ def resolve_versions(
         ConfigError: Both given, ``latest`` has no such version, or the time is outside a
             table's history.
     """
-    if version is not None and timestamp is not None:
-        msg = "give --as-of-version or --as-of-timestamp, not both"
-        raise ConfigError(msg)
+    check_one_point(version=version, timestamp=timestamp)
     out: dict[str, int | None] = dict.fromkeys(TABLE_NAMES)
     if timestamp is not None:
-        at = _parse_timestamp(timestamp)
+        at = parse_time_ms(timestamp, "--as-of-timestamp")
         return {t: _version_at(f"{root}/{t}", at, strict=True) for t in TABLE_NAMES}
     if version is not None:
         times = dict(commit_times(f"{root}/latest"))
@@ -206,11 +188,18 @@ def _open(path: str, version: int | None) -> DeltaTable:
     return DeltaTable(path, version=version)
 
 
+def _full_name(table: str) -> str:
+    """The name a table's full contents are registered under when the views show a point."""
+    return f"revise_all_{table}"
+
+
 def open_views_local(
     delta_path: str,
     *,
     version: int | None = None,
     timestamp: str | dt.datetime | None = None,
+    known_at: int | str | dt.datetime | None = None,
+    watermark: int | str | None = None,
 ) -> QueryBuilder:
     """A DataFusion session (``deltalake.QueryBuilder``) with the views of ``delta_path``.
 
@@ -218,21 +207,36 @@ def open_views_local(
     :func:`resolve_versions` picks; the SPEC views are ``CREATE VIEW``s over them with the
     filters of :mod:`sinks.delta_tables`.
 
+    With ``known_at`` (emission time: epoch ms or a time) or ``watermark`` (epoch ms), the
+    current tables are registered as ``revise_all_<table>`` and each table name is a view of
+    what was known at that point (:mod:`revise.query.known`); the SPEC views read those.
+
     Raises:
-        ConfigError: As :func:`revise.query.open_views`: no revise tables under the path, both
-            time-travel points, or a point the tables do not have.
+        ConfigError: As :func:`revise.query.open_views`: no revise tables under the path, more
+            than one point, or a point the tables do not have.
     """
     from deltalake import QueryBuilder
 
+    check_one_point(version=version, timestamp=timestamp, known_at=known_at,
+                    watermark=watermark)
+    point = known_point(known_at=known_at, watermark=watermark)
     root = check_delta_path(delta_path)
     at = (f"version {version}" if version is not None
-          else f"timestamp {timestamp}" if timestamp is not None else "the current version")
+          else f"timestamp {timestamp}" if timestamp is not None
+          else point.describe() if point is not None else "the current version")
     # Plain Utf8 rather than Utf8View, so results carry Spark's Arrow types.
     qb = QueryBuilder({"datafusion.execution.parquet.schema_force_view_types": "false"})
     try:
         versions = resolve_versions(root, version=version, timestamp=timestamp)
-        for table in TABLE_NAMES:
-            qb.register(table, _open(f"{root}/{table}", versions[table]))
+        if point is None:
+            for table in TABLE_NAMES:
+                qb.register(table, _open(f"{root}/{table}", versions[table]))
+        else:
+            for table in TABLE_NAMES:
+                qb.register(_full_name(table), _open(f"{root}/{table}", None))
+            source = {t: _full_name(t) for t in TABLE_NAMES}
+            for table, sql in known_tables_sql(source, point).items():
+                qb.execute(f"CREATE VIEW {table} AS {sql}").read_all()
         for name, (table, where) in VIEW_DEFINITIONS.items():
             if name != table:
                 sql = f"CREATE VIEW {name} AS SELECT * FROM {table}"
@@ -277,8 +281,14 @@ def run_query_local(
     *,
     version: int | None = None,
     timestamp: str | dt.datetime | None = None,
+    known_at: int | str | dt.datetime | None = None,
+    watermark: int | str | None = None,
 ) -> pd.DataFrame:
     """Run ``sql`` over the views of ``delta_path`` in-process; the result as pandas.
+
+    ``version`` / ``timestamp`` read the tables as committed then (Delta time travel);
+    ``known_at`` (emission time, epoch ms or a time) / ``watermark`` (epoch ms) answer from
+    the revisions known at that point (:mod:`revise.query.known`). At most one of the four.
 
     The frame has what :func:`revise.query.run_query` (Spark) returns for the same SQL: the
     same columns, dtypes and rows (row order only where the SQL orders them), so
@@ -288,7 +298,8 @@ def run_query_local(
         ConfigError: Bad SQL, an unknown table, view or column (the message names the views),
             or a problem reported by :func:`open_views_local`.
     """
-    qb = open_views_local(delta_path, version=version, timestamp=timestamp)
+    qb = open_views_local(delta_path, version=version, timestamp=timestamp, known_at=known_at,
+                          watermark=watermark)
     try:
         result = pa.RecordBatchReader.from_stream(qb.execute(sql)).read_all()
     except Exception as exc:  # DataFusion's parse, planning and execution errors

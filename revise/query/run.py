@@ -24,6 +24,12 @@ or read every view as of a Delta version or timestamp (time travel)::
     revise query "SELECT * FROM provisional_windows" --delta-path DIR --as-of-version 12
     revise query "SELECT * FROM latest" --delta-path DIR --as-of-timestamp '2026-01-01 10:00:00'
 
+or answer every view from the revisions known at an emission time or a watermark
+(:mod:`revise.query.known`)::
+
+    revise query "SELECT * FROM provisional_windows" --delta-path DIR --as-known-at 1767225700000
+    revise query "SELECT * FROM final_windows" --delta-path DIR --as-of-watermark 1767225600000
+
 Bad SQL, an unknown table or view, or a time-travel point the tables do not have is a usage
 error (exit 2) with a one-line message that names the views; never a Java stack trace.
 """
@@ -37,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from revise.errors import ConfigError
+from revise.query.known import check_one_point, known_point
 from revise.vocab import TABLE_NAMES, VIEW_NAMES
 
 if TYPE_CHECKING:
@@ -92,6 +99,8 @@ def open_views(
     spark: SparkSession | None = None,
     version: int | None = None,
     timestamp: str | dt.datetime | None = None,
+    known_at: int | str | dt.datetime | None = None,
+    watermark: int | str | None = None,
 ) -> SparkSession:
     """Register the views over the tables under ``delta_path`` and return the session.
 
@@ -101,32 +110,41 @@ def open_views(
         version: Time travel to this Delta version of ``latest`` (the other tables are read as
             of the same moment).
         timestamp: Or to this time (``'2026-01-01 10:00:00'``, UTC, or a datetime).
+        known_at: Or answer with what was known at this emission time (epoch ms, or a time as
+            ``timestamp``): the revisions with ``emitted_at_ms <= known_at``
+            (:mod:`revise.query.known`).
+        watermark: Or with what was known at this watermark (epoch ms): the revisions with
+            ``watermark_ms <= watermark``.
 
     Returns:
         The session, with temp views :data:`VIEW_NAMES` and the raw tables.
 
     Raises:
-        ConfigError: No revise tables under the path, both time-travel points given, or a
+        ConfigError: No revise tables under the path, more than one point given, or a
             version/timestamp the tables do not have.
     """
     from pyspark.errors import PySparkException
 
     from revise.query.views import register_views
 
+    check_one_point(version=version, timestamp=timestamp, known_at=known_at,
+                    watermark=watermark)
+    point = known_point(known_at=known_at, watermark=watermark)
     root = check_delta_path(delta_path)
-    if version is not None and timestamp is not None:
-        msg = "give --as-of-version or --as-of-timestamp, not both"
-        raise ConfigError(msg)
     if spark is None:
         from revise.spark.session import spark_session
 
         spark = spark_session("revise-query", ui=False)
         spark.sparkContext.setLogLevel("ERROR")
     try:
-        register_views(spark, root, version=version, timestamp=timestamp)
+        register_views(spark, root, version=version, timestamp=timestamp, known_at=known_at,
+                       watermark=watermark)
+    except ConfigError:
+        raise
     except (PySparkException, ValueError) as exc:
         where = (f"version {version}" if version is not None
-                 else f"timestamp {timestamp}" if timestamp is not None else "the current version")
+                 else f"timestamp {timestamp}" if timestamp is not None
+                 else point.describe() if point is not None else "the current version")
         msg = f"cannot read the tables under {root} at {where}: {_short(exc)}"
         raise ConfigError(msg) from None
     return spark
@@ -139,8 +157,13 @@ def run_query(
     spark: SparkSession | None = None,
     version: int | None = None,
     timestamp: str | dt.datetime | None = None,
+    known_at: int | str | dt.datetime | None = None,
+    watermark: int | str | None = None,
 ) -> pd.DataFrame:
     """Run ``sql`` over the views of ``delta_path`` and return the result as pandas.
+
+    ``version`` / ``timestamp`` / ``known_at`` / ``watermark``: at most one, as
+    :func:`open_views` takes them.
 
     Raises:
         ConfigError: Bad SQL, an unknown table or view (the message names the views), or a
@@ -148,7 +171,8 @@ def run_query(
     """
     from pyspark.errors import PySparkException
 
-    session = open_views(delta_path, spark=spark, version=version, timestamp=timestamp)
+    session = open_views(delta_path, spark=spark, version=version, timestamp=timestamp,
+                         known_at=known_at, watermark=watermark)
     try:
         return session.sql(sql).toPandas()
     except PySparkException as exc:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from revise.errors import ConfigError
+from revise.query.known import check_one_point, known_point, known_tables_sql
 from revise.vocab import TABLE_NAMES, VIEW_NAMES
 from sinks.delta_schema import arrow_schema
 
@@ -103,6 +104,8 @@ def register_views(
     *,
     version: int | None = None,
     timestamp: str | dt.datetime | None = None,
+    known_at: int | str | dt.datetime | None = None,
+    watermark: int | str | None = None,
 ) -> list[str]:
     """Create (or replace) the temp views :data:`REGISTERED_VIEWS` over the tables under ``path``.
 
@@ -115,10 +118,29 @@ def register_views(
     their last version committed no later than that ``latest`` version, so all views show one
     moment (each table has its own version numbers).
 
+    What was known when: ``known_at`` (emission time: epoch ms or a time) or ``watermark``
+    (epoch ms) makes each raw table name a view of the current tables as known at that point,
+    and the views above read those (:mod:`revise.query.known`).
+
     Returns:
         The view names.
+
+    Raises:
+        ConfigError: More than one point, or a point that is not a time / an integer.
     """
+    check_one_point(version=version, timestamp=timestamp, known_at=known_at,
+                    watermark=watermark)
     root = str(path).rstrip("/")
+    point = known_point(known_at=known_at, watermark=watermark)
+    if point is not None:
+        source = {t: _quote_path(f"{root}/{t}") for t in TABLE_NAMES}
+        for table, sql in known_tables_sql(source, point).items():
+            spark.sql(f"CREATE OR REPLACE TEMP VIEW `{table}` AS {sql}")
+        for name in VIEW_NAMES:
+            table, where = VIEW_DEFINITIONS[name]
+            sql = f"SELECT * FROM `{table}`" + (f" WHERE {where}" if where else "")
+            spark.sql(f"CREATE OR REPLACE TEMP VIEW `{name}` AS {sql}")
+        return list(REGISTERED_VIEWS)
     versions: dict[str, int | None] = dict.fromkeys(TABLE_NAMES)
     if version is not None:
         versions = _versions_at_latest(spark, root, version)

@@ -153,6 +153,78 @@ def test_time_travel_by_timestamp_same_on_both(run: QueryRun, spark: SparkSessio
             run_query_local("SELECT 1", run.delta, timestamp=_ts(ms))
 
 
+KNOWN_SQL = [
+    ("SELECT * FROM final_windows", False),
+    ("SELECT * FROM provisional_windows", False),
+    ("SELECT * FROM latest", False),
+    ("SELECT * FROM revision_history", False),
+    ("SELECT * FROM late_records", False),
+    ("SELECT count(*) AS d FROM dead_letters", True),
+]
+
+
+def _known_by_hand(revs: pd.DataFrame, late: pd.DataFrame, column: str,
+                   at_ms: int) -> dict[str, set[tuple[object, ...]]]:
+    """What was known at ``column <= at_ms``, computed with plain Python over every row."""
+    top: dict[tuple[object, ...], tuple[int, bool, bool]] = {}
+    known_batch = -1
+    for r in revs.itertuples(index=False):
+        if getattr(r, column) > at_ms:
+            continue
+        known_batch = max(known_batch, int(r.batch_id))
+        w = (r.key, int(r.window_start_ms), int(r.window_end_ms))
+        if w not in top or int(r.revision) > top[w][0]:
+            top[w] = (int(r.revision), bool(r.is_final), bool(r.retracted))
+    live = {(*w, rev): final for w, (rev, final, retracted) in top.items() if not retracted}
+    if column == "watermark_ms":
+        known_late = late[late["watermark_ms"] <= at_ms]
+    else:
+        known_late = late[late["batch_id"] <= known_batch]
+    return {"final_windows": {w for w, final in live.items() if final},
+            "provisional_windows": {w for w, final in live.items() if not final},
+            "revision_history": {(r.key, int(r.window_start_ms), int(r.window_end_ms),
+                                  int(r.revision)) for r in revs.itertuples(index=False)
+                                 if getattr(r, column) <= at_ms},
+            "late_records": {(k, int(ts), int(ws)) for k, ts, ws in
+                             known_late[["key", "ts_ms", "window_start_ms"]].itertuples(
+                                 index=False)}}
+
+
+@pytest.mark.parametrize(("column", "option"), [("emitted_at_ms", "known_at"),
+                                                ("watermark_ms", "watermark")])
+def test_what_was_known_when_same_on_both_and_as_computed_by_hand(
+        run: QueryRun, spark: SparkSession, column: str, option: str) -> None:
+    revs = read_table(f"{run.delta}/revisions")
+    late = read_table(f"{run.delta}/late")
+    points = sorted(set(revs[column].astype(int)))
+    assert len(points) >= 3, points
+    # before the first revision's point, between two points, and the last one
+    picked = [points[0] - 1, points[len(points) // 2] - 1, points[-1]]
+    seen = []
+    for at in picked:
+        point = {option: at}
+        for sql, ordered in KNOWN_SQL:
+            assert_same(run_query(sql, run.delta, spark=spark, **point),
+                        run_query_local(sql, run.delta, **point), ordered=ordered)
+        expected = _known_by_hand(revs, late, column, at)
+        for view in ("final_windows", "provisional_windows", "revision_history"):
+            got = run_query_local(f"SELECT key, window_start_ms, window_end_ms, revision "
+                                  f"FROM {view}", run.delta, **point)
+            assert set(got.itertuples(index=False, name=None)) == expected[view], (view, at)
+        got = run_query_local("SELECT key, ts_ms, window_start_ms FROM late_records",
+                              run.delta, **point)
+        assert set(got.itertuples(index=False, name=None)) == expected["late_records"], at
+        seen.append(tuple(len(expected[v]) for v in expected))
+    # nothing known before the first point; some windows open between; all final at the end
+    assert seen[0] == (0, 0, 0, 0)
+    assert seen[1][1] > 0 and seen[1][2] < len(revs)
+    assert seen[2][1] == 0 and seen[2][2] == len(revs) and seen[2][3] > 0
+    # the last point's latest is the Delta latest table (the run is over)
+    assert_same(run_query_local("SELECT * FROM latest", run.delta),
+                run_query_local("SELECT * FROM latest", run.delta,
+                                **{option: picked[-1]}), ordered=False)
+
+
 def _cleaned_root(run: QueryRun, root: str) -> None:
     """A root whose logs delta-rs cleaned up: 45 one-row batches of the run's revisions, a
     1 h log retention, and every file up to the Delta checkpoint at version 19 made older
