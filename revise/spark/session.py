@@ -44,8 +44,8 @@ local folder runs six child processes for each file (``chmod`` of the file and i
 ``readlink`` of both sides of the rename, each with its ``.crc``): ~30 ms a file against
 ~8 ms (``python -m benchmarks.bench_checkpoint_files``), and a micro-batch writes two on the
 driver and one per stateful task
-(docs/BENCHMARKS.md, *An empty micro-batch and Hadoop's local file system*). Files are still
-written under a temporary name and renamed into place; what this gives up is ``FileContext``'s
+(docs/lab/benchmarks-diary.md, *An empty micro-batch and Hadoop's local file system*). Files are
+still written under a temporary name and renamed into place; what this gives up is ``FileContext``'s
 refusal to replace a log entry that another instance on the same checkpoint renamed into place
 in the same instant (docs/RELIABILITY.md, *Spark's checkpoint on a local file system*)."""
 DRIVER_MEMORY = "3g"
@@ -164,8 +164,8 @@ def spark_session(
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         # Commit a micro-batch's state as a changelog of the rows it wrote, not a new RocksDB
-        # checkpoint uploaded per shard (docs/BENCHMARKS.md, issue 12); existing checkpoints
-        # switch over on their next batch.
+        # checkpoint uploaded per shard (docs/lab/benchmarks-diary.md, issue 12); existing
+        # checkpoints switch over on their next batch.
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # Session-wide: a query's sources create their logs through the session they were
         # defined in, not the query's copy of it.
