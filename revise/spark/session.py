@@ -83,7 +83,7 @@ def long_run_conf() -> dict[str, str]:
     The driver JVM starts with a small heap and G1 enlarges it in steps of ~100 MiB whenever
     collections take more than their share of the time, so an unbounded job's driver grew for
     its first half hour and more (+145 MiB at minute 8 and +101 MiB at minute 15 of a quiet
-    soak, with ~190 MB of live heap: docs/RELIABILITY.md). ``-Xms`` commits
+    soak, with ~190 MB of live heap: docs/lab/reliability-diary.md). ``-Xms`` commits
     ``$REVISE_DRIVER_START_HEAP`` (default :data:`DRIVER_START_HEAP`, at most the driver's
     memory) at start and ``-XX:+AlwaysPreTouch`` makes it resident then, so the driver's
     resident memory is set when the job starts instead of creeping up while it runs; G1 can
