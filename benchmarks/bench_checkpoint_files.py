@@ -15,7 +15,8 @@ child process, since ``fs.file.impl`` is fixed once a JVM has opened the local f
   revise, because RocksDB's snapshot upload needs the checksummed one.
 
 The figure includes a py4j round trip per call (a fraction of a millisecond).
-docs/BENCHMARKS.md, *An empty micro-batch and Hadoop's local file system*, has the results.
+docs/lab/benchmarks-diary.md, *An empty micro-batch and Hadoop's local file system*, has the
+results.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ alternating so that the machine's drift hits each alike:
 
 Printed per variant, the median over rounds: the process's wall time, the job's first
 micro-batch done (its first revisions committed: ``elapsed_s`` of ``batch=0``), and its own
-``seconds``. docs/BENCHMARKS.md, *Start-up: the JVM's classes from an archive*, has results.
+``seconds``. docs/BENCHMARKS.md, *Start-up and the class archive*, has results.
 """
 
 from __future__ import annotations

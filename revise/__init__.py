@@ -38,7 +38,7 @@ Returning every freed page at once makes delta-rs fault fresh zeroed pages in ag
 next buffer; in a MERGE into a large ``latest`` (issue 12's 1M-key daily workload: ~1M rows
 rewritten) that is most of its time (kernel time: page zeroing, TLB flushes). Kept for a second,
 the pages are reused: alternating runs on that workload, the driver spent 21–23 against 27–29
-CPU seconds and the whole run took 0.94–0.98 of the time (docs/BENCHMARKS.md, *delta-rs's
+CPU seconds and the whole run took 0.94–0.98 of the time (docs/lab/benchmarks-diary.md, *delta-rs's
 allocator in a bounded run*). The price is growth: +64.5 MiB over 2,900 commits of a
 micro-batch each, against +50.5 MiB with :data:`DELTA_RS_MALLOC_CONF` (``python -m
 benchmarks.bench_delta_memory --allocator revise bounded``), which a run that ends can afford

@@ -48,7 +48,7 @@ DEFAULT_STATE_LAYOUT = "log"
 """The layout of a new checkpoint when ``--state-layout`` is not given (``snapshot`` until
 2026-11-26, when Spark 4.2.1 stopped leaking a socket per task of its operator): its
 checkpoint and state work follow the records and windows a micro-batch touches, and it
-answered sooner at 1,000 and 10,000 records/s (docs/BENCHMARKS.md)."""
+answered sooner at 1,000 and 10,000 records/s (docs/lab/benchmarks-diary.md)."""
 CHECKPOINT_META = "revise-job.json"
 """The file in a checkpoint holding its :meth:`JobConfig.fingerprint`."""
 
@@ -88,7 +88,7 @@ DEFAULT_TRIGGER_MS = 500
 
 A micro-batch of a steady stream takes ~450-550 ms here, so a 1 s interval left records
 waiting ~0.5 s for the next micro-batch to start: first-result latency p50 1.25 s at 10,000
-records/s against 0.72 s at 500 ms (docs/BENCHMARKS.md). 250 ms gained little more and
+records/s against 0.72 s at 500 ms (docs/lab/benchmarks-diary.md). 250 ms gained little more and
 would double the Kafka transactions and Delta commits of a busy job; 0 (back to back) would
 ask Kafka for its end offsets every 10 ms while idle."""
 
@@ -97,8 +97,8 @@ DEFAULT_DELTA_COMMIT_INTERVAL_MS = 5_000
 
 Each Delta commit adds a file to the table's log and each commit costs more as the log grows:
 one per micro-batch on the 500 ms trigger made the four tables' writes 37 → 105 ms per batch
-over 2,400 micro-batches (docs/BENCHMARKS.md). 5 s is ten micro-batches of a steady stream per
-commit while ``revision_history`` trails the changelog by seconds; a micro-batch that takes
+over 2,400 micro-batches (docs/lab/benchmarks-diary.md). 5 s is ten micro-batches of a steady stream
+per commit while ``revision_history`` trails the changelog by seconds; a micro-batch that takes
 longer than that (a big backlog) is appended at once, as before (``sinks.history_stage``)."""
 
 _QUERY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")

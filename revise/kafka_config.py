@@ -55,9 +55,10 @@ ENV_KAFKA_CONFIG = "REVISE_KAFKA_CONFIG"
 #: seeks, polls and then asks the broker for the partition's earliest and latest offsets (two
 #: ListOffsets round trips) on every poll, and a poll returns at most ``max.poll.records``
 #: (Kafka's default 500): a micro-batch of 500,000 records made 1,000 polls per partition slice.
-#: Reading 2M records took 2.9-3.1 s with 20,000 against 3.9-4.5 s with 500 (docs/BENCHMARKS.md,
-#: *The input stage*). A poll still returns only what the fetches brought (about
-#: ``max.partition.fetch.bytes``, 1 MiB, per partition), so memory does not grow with it.
+#: Reading 2M records took 2.9-3.1 s with 20,000 against 3.9-4.5 s with 500
+#: (docs/lab/benchmarks-diary.md, *The input stage*). A poll still returns only what the fetches
+#: brought (about ``max.partition.fetch.bytes``, 1 MiB, per partition), so memory does not grow
+#: with it.
 SPARK_SOURCE_DEFAULTS: Mapping[str, str] = MappingProxyType({"max.poll.records": "20000"})
 
 #: Keys revise sets itself per client (exactly-once, offsets, serialization); a user value is

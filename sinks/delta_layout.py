@@ -60,7 +60,7 @@ an unbounded run's MERGE grew with every window it ever wrote (425 ms at 692k ro
 growing, against 55–134 ms with an 8 MiB bound: ``python -m benchmarks.bench_latest_merge``).
 The newest file still grows up to the bound and is rewritten by every MERGE until it is cut:
 2 MiB copies about a quarter of the rows 8 MiB did (39–68 ms against 57–156 ms a MERGE up to
-951k rows, compactions aside; same benchmark with ``--file-mib 2``; docs/BENCHMARKS.md).
+951k rows, compactions aside; same benchmark with ``--file-mib 2``; docs/lab/benchmarks-diary.md).
 """
 EARLIER_LATEST_FILE_BYTES: Final = (8 * 2**20,)
 """Bounds an earlier revise gave ``latest``: replaced by :data:`LATEST_FILE_BYTES` at start."""

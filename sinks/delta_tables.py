@@ -11,7 +11,7 @@ Under one ``path``::
 Who writes: the job's driver, from the micro-batch it already holds as Arrow tables (it
 produced the same tables to Kafka), through delta-rs (the ``deltalake`` package). A Spark
 Delta write costs several Spark jobs and about 3 s (append) or 12 s (MERGE) per 500k rows on
-two cores; delta-rs does the same in 0.5 s and 1 s (docs/BENCHMARKS.md). Spark reads the
+two cores; delta-rs does the same in 0.5 s and 1 s (docs/lab/benchmarks-diary.md). Spark reads the
 tables (views, ``revise query``, time travel) as any Delta table: they are plain Delta
 (reader 1 / writer 2) tables.
 

@@ -2,7 +2,7 @@
 
 Every Delta commit adds a file to the table's ``_delta_log``, and each commit costs more as the
 log grows (37 → 105 ms per micro-batch for the four tables over 2,400 micro-batches,
-docs/BENCHMARKS.md): at two micro-batches a second, a run of days would spend seconds per
+docs/lab/benchmarks-diary.md): at two micro-batches a second, a run of days would spend seconds per
 micro-batch in Delta. The changelog must stay per micro-batch (its latency is the point); the
 history tables (``revisions``, ``late``, ``dead_letter``) need not.
 

@@ -51,7 +51,7 @@ __all__ = ["MAX_PENDING_BATCHES", "MAX_PENDING_ROWS", "REST_RATIO", "LatestMerge
 REST_RATIO: Final = 6.0
 """Rest this many times the last MERGE's duration before the next one. On issue 12's 1M-key
 daily workload, where each MERGE rewrites the whole table, 6 ran 6 MERGEs where 3 ran 8, and
-the whole run took 0.91 and 0.93 of the time side by side (docs/BENCHMARKS.md, 2026-11-27
+the whole run took 0.91 and 0.93 of the time side by side (docs/lab/benchmarks-diary.md, 2026-11-27
 18:55): the MERGEs' CPU (delta-rs) competes with the micro-batches on the driver's machine.
 ``latest`` trails by a few more micro-batches while such MERGEs run; a cheap MERGE rests
 ``min_rest_s`` either way."""

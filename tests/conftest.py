@@ -28,7 +28,7 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 """Every JVM the tests start (brokers, Spark sessions, the CLI's jobs, the Spark cluster) runs
 on the JVM's quick C1 compiler only ($REVISE_JVM_OPTIONS): the suite's runs last seconds. A
 small bounded job took 0.82x the wall time so, and 0.56x with the driver's class archive as
-well (docs/BENCHMARKS.md, *Start-up: the JVM's classes from an archive*). A value set outside
+well (docs/BENCHMARKS.md, *Start-up and the class archive*). A value set outside
 wins."""
 os.environ.setdefault("REVISE_JVM_OPTIONS", TEST_JVM_OPTIONS)
 _file_seconds = FileSeconds()

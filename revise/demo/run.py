@@ -88,7 +88,7 @@ def run_demo(
     print(f"revise run --once --window tumbling:10s --grace 5s --query-id {engine.query_id} "
           f"--max-records-per-batch {cfg.max_records_per_batch}")
     # A run of seconds: the driver JVM's quick C1 compiler alone (57 s -> 43 s for the whole
-    # demo here, docs/BENCHMARKS.md, *Start-up*); a long job wants the default, C2.
+    # demo here, docs/lab/benchmarks-diary.md, *Start-up*); a long job wants the default, C2.
     spark = spark_session("revise-demo",
                           extra_conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
     result = run_job(

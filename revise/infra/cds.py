@@ -6,7 +6,7 @@ run loaded into an archive when the JVM exits (``-XX:ArchiveClassesAtExit``, a d
 archive) and map them from it in the next JVM (``-XX:SharedArchiveFile``). On this project's
 2-core machine that took a small bounded job from 38.8 s to 31.1 s, and its first result from
 28.3 s to 20.4 s after start (``python -m benchmarks.bench_startup``; docs/BENCHMARKS.md,
-*Start-up: the JVM's classes from an archive*).
+*Start-up and the class archive*).
 
 - ``python -m revise.infra.cds`` (the Makefile's ``install`` runs it) trains the archive: an
   embedded broker under a temporary folder, 1,000 generated records, one ``revise run --once``

@@ -5,7 +5,7 @@ Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` (and py4j's zip) first on the
 process that runs ``transformWithStateInPandas``' driver-side calls. The zips hold sources
 only, and Python's ``zipimport`` never caches the bytecode it compiles, so each of those
 processes compiles pyspark again: 1.2–1.4 CPU s to import the worker's modules from the
-zip, against 0.2–0.35 s from site-packages, each time (docs/BENCHMARKS.md, *Where the
+zip, against 0.2–0.35 s from site-packages, each time (docs/lab/benchmarks-diary.md, *Where the
 driver's CPU goes*).
 
 :func:`add_bytecode` writes the zip again with a ``.pyc`` beside the ``.py`` of each module

@@ -122,8 +122,8 @@ def shuffle_partitions(spark: SparkSession, cfg: JobConfig) -> int:
     state-store tasks every micro-batch: by default the shard count, capped by the session's
     own setting and, on a local master, by its cores (one stateful task per core: each task
     is a Python call with fixed costs, and on 2 cores 2 tasks instead of 4 made a micro-batch
-    at 1,000 records/s 0.76-0.92x as long, docs/BENCHMARKS.md); ``cfg.shuffle_partitions`` when
-    given. Spark records the value in the checkpoint's offset log and reuses it on every
+    at 1,000 records/s 0.76-0.92x as long, docs/lab/benchmarks-diary.md); ``cfg.shuffle_partitions``
+    when given. Spark records the value in the checkpoint's offset log and reuses it on every
     restart.
     """
     if cfg.shuffle_partitions is not None:

@@ -23,8 +23,8 @@ Cost, in three tiers:
    record these rules surely accept, with the very fields the SQL below would give; for
    anything else it returns NULL, never a verdict. Most records stop here: no variant is
    built for them at all (``_v`` is computed only where the UDF gave NULL). ``classify`` as a
-   whole is 2.5x faster on generated records (docs/BENCHMARKS.md, *The parse's accepted path
-   in Java, built in*).
+   whole is 2.5x faster on generated records (docs/lab/benchmarks-diary.md, *The parse's accepted
+   path in Java, built in*).
 2. A record the UDF was not sure of is parsed into a variant; one that passes a cheap test on
    the fields' JSON texts (string key, integer ts in range, finite numeric value, one lookup
    per field) is accepted without building its reason.

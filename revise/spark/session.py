@@ -44,8 +44,8 @@ local folder runs six child processes for each file (``chmod`` of the file and i
 ``readlink`` of both sides of the rename, each with its ``.crc``): ~30 ms a file against
 ~8 ms (``python -m benchmarks.bench_checkpoint_files``), and a micro-batch writes two on the
 driver and one per stateful task
-(docs/BENCHMARKS.md, *An empty micro-batch and Hadoop's local file system*). Files are still
-written under a temporary name and renamed into place; what this gives up is ``FileContext``'s
+(docs/lab/benchmarks-diary.md, *An empty micro-batch and Hadoop's local file system*). Files are
+still written under a temporary name and renamed into place; what this gives up is ``FileContext``'s
 refusal to replace a log entry that another instance on the same checkpoint renamed into place
 in the same instant (docs/RELIABILITY.md, *Spark's checkpoint on a local file system*)."""
 DRIVER_MEMORY = "3g"
@@ -83,7 +83,7 @@ def long_run_conf() -> dict[str, str]:
     The driver JVM starts with a small heap and G1 enlarges it in steps of ~100 MiB whenever
     collections take more than their share of the time, so an unbounded job's driver grew for
     its first half hour and more (+145 MiB at minute 8 and +101 MiB at minute 15 of a quiet
-    soak, with ~190 MB of live heap: docs/RELIABILITY.md). ``-Xms`` commits
+    soak, with ~190 MB of live heap: docs/lab/reliability-diary.md). ``-Xms`` commits
     ``$REVISE_DRIVER_START_HEAP`` (default :data:`DRIVER_START_HEAP`, at most the driver's
     memory) at start and ``-XX:+AlwaysPreTouch`` makes it resident then, so the driver's
     resident memory is set when the job starts instead of creeping up while it runs; G1 can
@@ -164,8 +164,8 @@ def spark_session(
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         # Commit a micro-batch's state as a changelog of the rows it wrote, not a new RocksDB
-        # checkpoint uploaded per shard (docs/BENCHMARKS.md, issue 12); existing checkpoints
-        # switch over on their next batch.
+        # checkpoint uploaded per shard (docs/lab/benchmarks-diary.md, issue 12); existing
+        # checkpoints switch over on their next batch.
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # Session-wide: a query's sources create their logs through the session they were
         # defined in, not the query's copy of it.

@@ -361,7 +361,7 @@ _ENCODE_THREADS: Final = 1
 better alone (800k revisions through one transaction to the embedded broker: 4.9–5.4 s against
 5.9–8.0 s with one, 2 cores), but in the job, beside the background MERGE into ``latest``, the
 close-all batch's 866k revisions took 7.2–7.9 s to produce against 5.3–5.9 s with one
-(docs/BENCHMARKS.md, 2026-11-27 18:43)."""
+(docs/lab/benchmarks-diary.md, 2026-11-27 18:43)."""
 _Encoded = tuple[Sequence[bytes | None], Sequence[bytes]]
 _Encoder = Callable[[pa.Table], _Encoded]
 

@@ -1,8 +1,8 @@
 """How a revise session's streaming queries write their checkpoints (``revise.spark.session``).
 
 Through Hadoop's ``FileSystem`` API, not ``FileContext``, which spawns a child process per
-``chmod`` and ``readlink`` (docs/BENCHMARKS.md, *An empty micro-batch and Hadoop's local file
-system*); and still atomically: each file under a temporary name, then renamed into place.
+``chmod`` and ``readlink`` (docs/lab/benchmarks-diary.md, *An empty micro-batch and Hadoop's local
+file system*); and still atomically: each file under a temporary name, then renamed into place.
 """
 
 from __future__ import annotations

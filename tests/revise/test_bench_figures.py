@@ -1,4 +1,5 @@
-"""The figures of the latency benchmark, computed from known arrivals and outputs (no I/O)."""
+"""The benchmarks' figures, computed from known arrivals and outputs (no I/O), and the
+benchmark commands of docs/BENCHMARKS.md, checked against each module's own options."""
 
 from __future__ import annotations
 
@@ -194,3 +195,74 @@ def test_jvm_thread_cpu_sums_each_group_of_thread_names():
     assert 0.2 <= s["tasks"] <= 0.5, s
     assert s["gc"] == s["state_server"] == s["stream"] == 0.0, s
     assert s["sampled"] >= s["jit"] + s["tasks"], s
+
+
+_ARGPARSE_PROBE = """
+import argparse, importlib, json, sys
+
+class Parsed(Exception):
+    pass
+
+parse = argparse.ArgumentParser.parse_args
+
+def parse_and_stop(self, args=None, namespace=None):
+    # argparse exits (status 2) on an option or value it does not accept; stop before any work
+    raise Parsed(vars(parse(self, args, namespace)))
+
+argparse.ArgumentParser.parse_args = parse_and_stop
+verdicts = []
+for module, argv in json.loads(sys.argv[1]):
+    sys.argv = [module, *argv]  # for a main() that reads sys.argv itself
+    main = importlib.import_module(module).main
+    try:
+        main(argv) if main.__code__.co_argcount else main()
+        verdicts.append(None)
+    except Parsed as parsed:
+        verdicts.append(parsed.args[0])
+    except SystemExit as exit:
+        verdicts.append({"exit": exit.code})
+print(json.dumps(verdicts, default=str))
+"""
+
+
+def _commands_in(doc: str) -> list[tuple[str, list[str]]]:
+    """Every ``python -m benchmarks.X …`` command of a Markdown text: fenced (with ``\\``
+    continuations and ``#`` comments) or in an inline code span."""
+    import re
+    import shlex
+
+    texts = []
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", doc, flags=re.S | re.M):
+        texts += block.replace("\\\n", " ").splitlines()
+    texts += re.findall(r"`(python -m benchmarks\.[^`]*)`", doc)
+    commands = []
+    for text in texts:
+        if "python -m benchmarks." in text:
+            words = shlex.split(text[text.index("python -m benchmarks."):], comments=True)
+            commands.append((words[2], words[3:]))
+    return commands
+
+
+def test_every_benchmarks_command_in_the_docs_is_one_its_module_accepts():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from benchmarks.bench_job import ALL_VARIANTS
+
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "BENCHMARKS.md").read_text()
+    commands = _commands_in(doc)
+    named = {module.split(".")[1] for module, _ in commands}
+    assert {"bench_engine", "bench_job", "latency", "bench_changelog"} <= named, named
+    done = subprocess.run([sys.executable, "-c", _ARGPARSE_PROBE, json.dumps(commands)],
+                          cwd=root, check=True, capture_output=True, text=True, timeout=120)
+    for (module, argv), parsed in zip(commands, json.loads(done.stdout), strict=True):
+        assert parsed is not None and "exit" not in parsed, (module, argv, parsed)
+        if module == "benchmarks.bench_job":
+            variants = {v.removesuffix("@base") for v in parsed["variants"].split(",")}
+            assert variants <= set(ALL_VARIANTS), (argv, variants - set(ALL_VARIANTS))
+    # and every module of benchmarks/ is described there, by name
+    modules = {p.stem for p in (root / "benchmarks").glob("*.py") if p.stem != "__init__"}
+    assert {m for m in modules if f"`{m}`" not in doc} == set()
