@@ -20,13 +20,15 @@ from revise.cli.args import (
     maybe_int,
 )
 from revise.cli.kafka import kafka_settings
+from revise.config import parse_duration
 from revise.errors import ConfigError
 from revise.kafka_config import add_kafka_arguments
 
 if TYPE_CHECKING:  # revise.compare (pandas, the engine, metrics) loads when compare runs
     from revise.compare import CompareConfig
+    from revise.compare.sweep import SweepGrid
 
-__all__ = ["add_parser", "cmd_compare", "config_from_args"]
+__all__ = ["add_parser", "cmd_compare", "config_from_args", "sweep_grid"]
 
 
 def add_parser(sub: Any) -> None:
@@ -61,7 +63,47 @@ def add_parser(sub: Any) -> None:
                    "and the PNG plots")
     p.add_argument("--timeout", type=duration_type("--timeout"),
                    help="give up a job after this long")
+    s = p.add_argument_group(
+        "sweep", "replay the recorded input offline over many settings and recommend one "
+        "(docs/SEMANTICS.md, 'Choosing settings')")
+    s.add_argument("--sweep", action="store_true",
+                   help="try every combination of the --sweep-* values (grace, watermark "
+                   "delay, emission policy) on the recorded micro-batches; adds sweep.png, "
+                   "the table's sweep rows and a recommendation")
+    s.add_argument("--target-accuracy", type=float, default=0.9,
+                   help="accuracy over time (0-1) the recommendation must reach (default 0.9)")
+    s.add_argument("--sweep-grace", default="0.5,1,2",
+                   help="grace multipliers of --grace to try (default 0.5,1,2)")
+    s.add_argument("--sweep-delay", default="0ms",
+                   help="watermark delays to try, e.g. 0ms,2s (default 0ms)")
+    s.add_argument("--sweep-min-change", default="0.05,0.2",
+                   help="--emit-min-change values to try in revision mode (default 0.05,0.2)")
+    s.add_argument("--sweep-every", default="",
+                   help="--emit-every values to try in revision mode, e.g. 5s (default none)")
     p.set_defaults(handler=cmd_compare)
+
+
+def _numbers(text: str, option: str) -> tuple[float, ...]:
+    """``0.5,1,2`` → (0.5, 1.0, 2.0); a clear ConfigError for anything else."""
+    return tuple(v for v in (maybe_float(t.strip(), option) for t in text.split(",") if t.strip())
+                 if v is not None)
+
+
+def _durations(text: str, option: str) -> tuple[int, ...]:
+    """``0ms,2s`` → (0, 2000)."""
+    return tuple(parse_duration(t.strip(), option=option) for t in text.split(",") if t.strip())
+
+
+def sweep_grid(args: argparse.Namespace) -> SweepGrid | None:
+    """The :class:`~revise.compare.sweep.SweepGrid` of ``--sweep``'s options, None without it."""
+    from revise.compare.sweep import SweepGrid
+
+    if not args.sweep:
+        return None
+    return SweepGrid(grace_factors=_numbers(args.sweep_grace, "--sweep-grace"),
+                     delays_ms=_durations(args.sweep_delay, "--sweep-delay") or (0,),
+                     min_changes=_numbers(args.sweep_min_change, "--sweep-min-change"),
+                     every_ms=_durations(args.sweep_every, "--sweep-every"))
 
 
 def config_from_args(args: argparse.Namespace) -> CompareConfig:
@@ -87,7 +129,8 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         shards=maybe_int(args.shards, "--shards") or 4,
         timeout_s=None if timeout is None else timeout / 1000,
         key_field=args.key_field, ts_field=args.ts_field, ts_format=args.ts_format,
-        value_field=args.value_field,
+        value_field=args.value_field, sweep=sweep_grid(args),
+        target_accuracy=float(args.target_accuracy),
     )
 
 

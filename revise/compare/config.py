@@ -6,6 +6,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from revise.compare.sweep import SweepGrid
 from revise.config import EngineConfig
 from revise.errors import ConfigError
 from revise.generate import GeneratorConfig
@@ -34,6 +35,8 @@ class CompareConfig:
         grace_factors: Grace multipliers of the offline what-if.
         run_id: Names topics, query ids and checkpoints; unique per call by default.
         timeout_s: Give up a job after this long (None: no limit).
+        sweep: Also replay the input offline over this grid of settings (``--sweep``).
+        target_accuracy: The accuracy the sweep's recommendation must reach (0–1).
         key_field, ts_field, ts_format, value_field: Where the inputs are in a record, as for
             ``revise run`` (docs/FIELDS.md); other than the defaults only with ``input_topic``
             (the generator writes ``key``, ``ts`` in epoch ms and ``value``).
@@ -58,6 +61,8 @@ class CompareConfig:
     ts_field: str = "ts"
     ts_format: str = "epoch_ms"
     value_field: str = "value"
+    sweep: SweepGrid | None = None
+    target_accuracy: float = 0.9
 
     @property
     def default_fields(self) -> bool:
@@ -84,6 +89,13 @@ class CompareConfig:
             raise ConfigError(msg)
         if self.rate is not None and not self.rate > 0:
             msg = f"--rate must be > 0 records per second, got {self.rate}"
+            raise ConfigError(msg)
+        if not 0 < self.target_accuracy <= 1:
+            msg = f"--target-accuracy must be in (0, 1], got {self.target_accuracy}"
+            raise ConfigError(msg)
+        if self.sweep is not None and (not self.sweep.grace_factors
+                                       or any(f <= 0 for f in self.sweep.grace_factors)):
+            msg = f"--sweep-grace factors must be > 0, got {self.sweep.grace_factors}"
             raise ConfigError(msg)
         if not self.grace_factors or any(f <= 0 for f in self.grace_factors):
             msg = f"grace factors must be > 0, got {self.grace_factors}"

@@ -53,6 +53,7 @@ __all__ = [
     "anchor_initial_watermark",
     "grace_what_if",
     "percentiles",
+    "replay_batches",
     "revisions_per_window",
     "volume",
     "wallclock_latency",
@@ -305,16 +306,21 @@ def volume(revisions: pd.DataFrame, *, input_records: int, changelog_bytes: int)
 
 
 def accuracy_over_time(revisions: pd.DataFrame, grid_ms: Sequence[int],
-                       fields: Sequence[str] = ACCURACY_FIELDS) -> pd.DataFrame:
+                       fields: Sequence[str] = ACCURACY_FIELDS, *,
+                       truth: pd.DataFrame | None = None) -> pd.DataFrame:
     """Error of the latest revision against the FINAL, ``d`` ms after each window's end.
 
     For every ``d`` in ``grid_ms`` and every closed window, take the latest revision with
-    ``watermark_ms - window_end_ms <= d`` and compare it with the window's FINAL.
+    ``watermark_ms - window_end_ms <= d`` and compare it with the window's FINAL (or with
+    ``truth``).
 
     Args:
         revisions: Revisions of one query.
         grid_ms: Offsets from the window end (event time, ms), e.g. ``range(-10000, 20001, 1000)``.
         fields: The aggregates compared (:func:`accuracy_fields`; count, sum, mean by default).
+        truth: ``key, window_start_ms, window_end_ms`` and ``fields`` of the true final value
+            of every window; None: the revisions' own FINALs. A true window the revisions
+            never answered counts as unanswered at every ``d``.
 
     Returns:
         One row per ``d``: ``since_end_ms``, ``rel_err_<field>`` per field (``rel_err_count``,
@@ -332,7 +338,8 @@ def accuracy_over_time(revisions: pd.DataFrame, grid_ms: Sequence[int],
                              **{c: np.full(len(grid), np.nan) for c in cols[1:]}})[cols]
     aggs = _requested(revisions, fields)
     revs = _keyed(revisions).sort_values([*WINDOW_BOUNDS, "revision"], kind="stable")
-    finals = revs[revs["is_final"] & ~revs["retracted"]]
+    finals = (revs[revs["is_final"] & ~revs["retracted"]] if truth is None
+              else _keyed(truth))
     ids = list(WINDOW_BOUNDS)
     revs = revs.merge(finals[[*ids, *fields]].rename(
         columns={f: f"final_{f}" for f in fields}), on=ids, how="inner")
@@ -420,39 +427,21 @@ def wallclock_latency(
 # --------------------------------------------------------------------------- grace what-if
 
 
-# Longer than ~60 lines: a docstring with the method, then one replay per grace factor.
-def grace_what_if(
-    config: EngineConfig,
-    records: pd.DataFrame,
-    *,
-    batch_size: int | None = None,
-    factors: Sequence[float] = (1.0, 2.0, 4.0),
-    reference_finals: pd.DataFrame | None = None,
-) -> list[GraceOutcome]:
-    """Re-run the pure engine offline with larger graces on the same well-formed input.
+def replay_batches(records: pd.DataFrame, *, batch_size: int | None = None
+                   ) -> list[InputBatch]:
+    """Well-formed input cut into the micro-batches an offline replay feeds the engine.
 
-    The records are cut into the micro-batches of their ``batch`` column (the real run's split,
-    so factor 1 reproduces its too-late records), or else into ``batch_size`` records each in
-    arrival order, and run through
-    :func:`revise.local.run_batches` (watermark from the batches before, SPEC §3; everything
-    closed at the end) once per factor, with ``grace_ms = round(config.grace_ms × factor)``.
-    Acceptance does not depend on the mode, so one table serves both.
+    The records are cut at the changes of their ``batch`` column (the real run's split, so a
+    replay reproduces its watermarks and too-late records), or else into ``batch_size``
+    records each in arrival order.
 
     Args:
-        config: The run's engine config.
-        records: Well-formed input in arrival order: ``key, ts_ms, value`` (+ optional
-            ``partition, offset``, and ``batch``: the micro-batch that read the record).
-        batch_size: Records per micro-batch when there is no ``batch`` column.
-        factors: Grace multipliers to try.
-        reference_finals: ``key, window_start_ms, window_end_ms, count`` of the real run's
-            FINALs; ``finals_changed`` counts windows that differ from it (0 when None).
+        records: ``key, ts_ms, value`` in arrival order (+ optional ``partition, offset`` and
+            ``batch``: the micro-batch that read the record).
+        batch_size: Records per micro-batch when there is no ``batch`` column (default 1).
 
     Returns:
-        One :class:`GraceOutcome` per factor, in the given order.
-
-    Trace (tumbling 10 s, grace 5 s, batches of 1): ``t=5000`` then ``t=15000`` then
-    ``t=9000`` → the third record is too late for ``[0,10000)`` at watermark 15000 (≥ 10000 +
-    5000); with grace × 2 = 10 s it is accepted (count 2), so ``finals_changed = 1``.
+        The :class:`~revise.engine.InputBatch` list, in order.
     """
     if "batch" in records:
         records = records.sort_values(["batch", *[c for c in ("partition", "offset")
@@ -470,11 +459,43 @@ def grace_what_if(
              else np.zeros(n, dtype=np.int32))
     offs = (records["offset"].astype("int64").to_numpy() if "offset" in records
             else np.arange(n, dtype=np.int64))
-    batches = [
+    return [
         InputBatch.from_arrays(keys[a:b], ts[a:b], vals[a:b], parts[a:b], offs[a:b],
                                topic="what-if")
         for a, b in bounds
     ]
+
+
+# Longer than ~60 lines: a docstring with the method, then one replay per grace factor.
+def grace_what_if(
+    config: EngineConfig,
+    batches: Sequence[InputBatch],
+    *,
+    factors: Sequence[float] = (1.0, 2.0, 4.0),
+    reference_finals: pd.DataFrame | None = None,
+) -> list[GraceOutcome]:
+    """Re-run the pure engine offline with larger graces on the same well-formed input.
+
+    The well-formed input, cut into micro-batches by :func:`replay_batches` (the real run's
+    split, so factor 1 reproduces its too-late records), is run through
+    :func:`revise.local.run_batches` (watermark from the batches before, SPEC §3; everything
+    closed at the end) once per factor, with ``grace_ms = round(config.grace_ms × factor)``.
+    Acceptance does not depend on the mode, so one table serves both.
+
+    Args:
+        config: The run's engine config.
+        batches: The input's micro-batches (:func:`replay_batches`).
+        factors: Grace multipliers to try.
+        reference_finals: ``key, window_start_ms, window_end_ms, count`` of the real run's
+            FINALs; ``finals_changed`` counts windows that differ from it (0 when None).
+
+    Returns:
+        One :class:`GraceOutcome` per factor, in the given order.
+
+    Trace (tumbling 10 s, grace 5 s, batches of 1): ``t=5000`` then ``t=15000`` then
+    ``t=9000`` → the third record is too late for ``[0,10000)`` at watermark 15000 (≥ 10000 +
+    5000); with grace × 2 = 10 s it is accepted (count 2), so ``finals_changed = 1``.
+    """
     ref: dict[tuple[str, int, int], int] | None = None
     if reference_finals is not None:
         ref = {

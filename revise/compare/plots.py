@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,10 +12,13 @@ from revise.vocab import MODES
 
 if TYPE_CHECKING:
     from revise.compare.report import Comparison
+    from revise.compare.sweep import SweepPoint
 
-__all__ = ["PLOTS", "plot"]
+__all__ = ["PLOTS", "SWEEP_PLOT", "plot", "plot_sweep"]
 
 PLOTS: tuple[str, ...] = ("latency_cdf.png", "accuracy_over_time.png", "revisions_per_window.png")
+SWEEP_PLOT = "sweep.png"
+"""The figure of ``--sweep``: one point per setting."""
 
 
 # Longer than ~60 lines: three figures drawn one after the other; splitting would only
@@ -98,4 +102,55 @@ def plot(c: Comparison) -> list[Path]:
     fig.tight_layout()
     fig.savefig(c.output / PLOTS[2], dpi=100)
     plt.close(fig)
+    if c.sweep:
+        plot_sweep(c.sweep, c.output / SWEEP_PLOT, recommended=c.recommended)
     return c.plot_paths
+
+
+def plot_sweep(points: Sequence[SweepPoint], path: Path, *,
+               recommended: SweepPoint | None = None) -> Path:
+    """First-answer latency against revisions per window, coloured by accuracy, one point a setting.
+
+    Frontier settings (no other setting beats them on all three) are drawn large with a black
+    edge and labelled; the recommended one is circled in red.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [p for p in points if p.first_latency_p50_ms is not None]
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    x = np.array([float(p.first_latency_p50_ms or 0.0) / 1000 for p in shown])
+    y = np.array([p.revisions_per_window for p in shown])
+    acc = np.array([p.accuracy for p in shown])
+    front = np.array([p.on_frontier for p in shown], dtype=bool)
+    markers = {"watermark": "s", "revision": "o"}
+    sc = None
+    for mode, marker in markers.items():
+        m = np.array([p.setting.mode == mode for p in shown], dtype=bool)
+        for sel, size, edge in ((m & ~front, 30, "none"), (m & front, 110, "black")):
+            if sel.any():
+                sc = ax.scatter(x[sel], y[sel], c=acc[sel], cmap="viridis", vmin=0, vmax=1,
+                                s=size, marker=marker, edgecolors=edge, linewidths=1.2,
+                                label=f"{mode}{' (frontier)' if edge == 'black' else ''}")
+    for p, xi, yi in zip(shown, x, y, strict=True):
+        if p.on_frontier:
+            ax.annotate(p.setting.label.split(" ", 1)[1], (xi, yi), fontsize=6,
+                        xytext=(4, 4), textcoords="offset points")
+    if recommended is not None and recommended.first_latency_p50_ms is not None:
+        ax.scatter([recommended.first_latency_p50_ms / 1000], [recommended.revisions_per_window],
+                   s=260, facecolors="none", edgecolors="red", linewidths=1.5,
+                   label="recommended")
+    if sc is not None:
+        fig.colorbar(sc, ax=ax, label="accuracy over time (1 - mean relative count error)")
+    ax.axvline(0, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("first answer, p50 seconds after window end (event time)")
+    ax.set_ylabel("revisions per window")
+    ax.set_title("settings swept offline: lower-left and bright is better")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from revise.compare.metrics import GraceOutcome, Percentiles, Volume
-from revise.compare.plots import PLOTS, plot
+from revise.compare.plots import PLOTS, SWEEP_PLOT, plot
+from revise.compare.sweep import SweepPoint
 from revise.config import format_duration
 from revise.query.local import COMPARISONS_SCHEMA, append_frame
 from revise.vocab import Mode
@@ -74,6 +75,9 @@ class Comparison:
     grace_ms: int
     wall_clock: bool
     accuracy_fields: tuple[str, ...] = ("count", "sum", "mean")
+    sweep: tuple[SweepPoint, ...] = ()
+    recommended: SweepPoint | None = None
+    recommendation: str | None = None
 
     @property
     def json_path(self) -> Path:
@@ -83,7 +87,7 @@ class Comparison:
     @property
     def plot_paths(self) -> list[Path]:
         """The PNG files."""
-        return [self.output / p for p in PLOTS]
+        return [self.output / p for p in (*PLOTS, *((SWEEP_PLOT,) if self.sweep else ()))]
 
     def to_dict(self) -> dict[str, object]:
         """The JSON document (per-window rows included)."""
@@ -95,6 +99,8 @@ class Comparison:
                 m: _records(a) for m, a in self.accuracy.items()
             },
             "grace_what_if": [g.to_dict() for g in self.grace],
+            "sweep": [p.to_dict() for p in self.sweep],
+            "recommendation": self.recommendation,
             "windows": _records(self.windows),
             "files": {"json": str(self.json_path), "plots": [str(p) for p in self.plot_paths],
                       "windows_csv": str(self.output / "windows.csv"),
@@ -133,6 +139,13 @@ class Comparison:
             add("both", "grace_what_if", f"too_late_at_grace_x{g.factor:g}", g.too_late)
             add("both", "grace_what_if", f"finals_changed_at_grace_x{g.factor:g}",
                 g.finals_changed)
+        for p in self.sweep:
+            for metric, value in (("first_latency_p50_ms", p.first_latency_p50_ms),
+                                  ("revisions_per_window", p.revisions_per_window),
+                                  ("accuracy", p.accuracy), ("too_late", p.too_late),
+                                  ("on_frontier", float(p.on_frontier)),
+                                  ("recommended", float(p == self.recommended))):
+                add(p.setting.mode, "sweep", f"{p.setting.label}: {metric}", value)
         frame = pd.DataFrame(rows, columns=["mode", "section", "metric", "value"])
         frame.insert(0, "run_id", self.run_id)
         frame.insert(1, "created_at_ms", int(time.time() * 1000))
@@ -237,4 +250,16 @@ def format_table(c: Comparison) -> str:
     if not c.wall_clock:
         out.append("(wall-clock latency is measured only with --rate: the input must arrive "
                    "while the job runs)")
+    if c.sweep:
+        out += ["", "settings swept offline on the same micro-batches (* = no other setting "
+                "beats it on all three):",
+                f"  {'setting':<48}  {'first answer p50':>16}  {'revisions/window':>16}  "
+                f"{'accuracy':>8}"]
+        for p in c.sweep:
+            lat = ("-" if p.first_latency_p50_ms is None
+                   else f"{p.first_latency_p50_ms / 1000:+.1f} s")
+            out.append(f"{'*' if p.on_frontier else ' '} {p.setting.label:<48}  {lat:>16}  "
+                       f"{p.revisions_per_window:>16.2f}  {p.accuracy:>8.3f}")
+        if c.recommendation:
+            out.append(f"recommendation: {c.recommendation}")
     return "\n".join(out)

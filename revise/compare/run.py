@@ -21,12 +21,14 @@ from revise.compare.metrics import (
     anchor_initial_watermark,
     grace_what_if,
     percentiles,
+    replay_batches,
     revisions_per_window,
     volume,
     wallclock_latency,
     window_summary,
 )
 from revise.compare.report import Comparison, ModeReport, write
+from revise.compare.sweep import recommend, run_sweep, sweep_settings
 from revise.config import WindowSpec
 from revise.errors import ReviseError
 from revise.generate import EventStream
@@ -414,11 +416,16 @@ def _compute(
         frames.append(s.assign(mode=mode))
     first = arrivals[MODES[0]]
     first = first.assign(batch=batch_of_records(first, progress[MODES[0]], topics[MODES[0]]))
+    batches = replay_batches(first)
     grace = grace_what_if(
-        cfg.engine, first,
+        cfg.engine, batches,
         factors=cfg.grace_factors,
         reference_finals=summaries[MODES[0]] if "count" in fields else None,
     )
+    sweep = (run_sweep(cfg.engine, batches, sweep_settings(cfg.engine, cfg.sweep))
+             if cfg.sweep is not None else [])
+    recommended, recommendation = (recommend(sweep, cfg.target_accuracy) if sweep
+                                   else (None, None))
     e = cfg.engine
     settings: dict[str, object] = {
         "window": str(e.window), "grace_ms": e.grace_ms, "watermark_delay_ms":
@@ -433,4 +440,5 @@ def _compute(
     windows = pd.concat(frames, ignore_index=True)
     windows = windows[["mode", *[c for c in windows.columns if c != "mode"]]]
     return Comparison(cfg.run_id, settings, reports, windows, accuracy, grace, out,
-                      cfg.delta_path, e.grace_ms, cfg.rate is not None, fields)
+                      cfg.delta_path, e.grace_ms, cfg.rate is not None, fields,
+                      tuple(sweep), recommended, recommendation)

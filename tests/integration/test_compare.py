@@ -39,6 +39,8 @@ def compared(
             "--late-fraction", "0.12", "--late-by", "1s", "--bad-fraction", "0.02",
             "--window", "tumbling:1s", "--grace", "500ms", "--max-records-per-batch", "150",
             "--shards", "2", "--timeout", "4m", "--output", str(out),
+            "--sweep", "--sweep-grace", "1,4", "--sweep-delay", "0ms,200ms",
+            "--sweep-min-change", "0.25", "--sweep-every", "1s", "--target-accuracy", "0.5",
         ])
     assert code == 0
     doc = json.loads((out / "comparison.json").read_text())
@@ -116,6 +118,43 @@ def test_plots_are_valid_pngs(compared: tuple[Path, dict[str, Any], str]) -> Non
         assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
         assert img.std() > 0.01  # not a blank canvas
         assert str(path) in doc["files"]["plots"]
+
+
+def test_sweep_replays_the_run_and_recommends(
+    compared: tuple[Path, dict[str, Any], str], spark: SparkSession
+) -> None:
+    out, doc, stdout = compared
+    sweep = {row["label"]: row for row in doc["sweep"]}
+    # 2 graces x 2 delays x (watermark, every change, min-change 0.25, every 1s)
+    assert len(sweep) == 16
+    rev, wm = doc["modes"]["revision"], doc["modes"]["watermark"]
+    # the run's own settings, replayed offline on its micro-batches, reproduce it
+    own_r = sweep["revision grace=500ms delay=0ms"]
+    own_w = sweep["watermark grace=500ms delay=0ms"]
+    assert own_r["windows"] == own_w["windows"] == rev["volume"]["windows"]
+    assert own_r["too_late"] == own_w["too_late"] == rev["too_late_records"]
+    assert own_r["revisions_per_window"] == pytest.approx(
+        rev["volume"]["revisions_per_window"])
+    assert own_r["first_latency_p50_ms"] == rev["latency_event_ms"]["first_result"]["p50"]
+    assert own_w["first_latency_p50_ms"] == wm["latency_event_ms"]["first_result"]["p50"]
+    policy = sweep["revision grace=500ms delay=0ms min-change=0.25"]
+    assert policy["revisions_per_window"] < own_r["revisions_per_window"]
+    assert policy["too_late"] == own_r["too_late"]
+    # frontier and recommendation
+    assert any(r["on_frontier"] for r in sweep.values())
+    assert doc["recommendation"] in stdout
+    chosen = [r for r in sweep.values() if doc["recommendation"].startswith(
+        f"for accuracy >= 0.5: {r['label']} (")]
+    assert len(chosen) == 1 and chosen[0]["on_frontier"] and chosen[0]["accuracy"] >= 0.5
+    png = out / "sweep.png"
+    assert png.read_bytes()[:8] == PNG_MAGIC and str(png) in doc["files"]["plots"]
+    # its rows in the comparisons table
+    rows = spark.read.format("delta").load(doc["files"]["comparisons_table"]).toPandas()
+    mine = rows[(rows["run_id"] == doc["run_id"]) & (rows["section"] == "sweep")]
+    assert len(mine) == 16 * 6
+    got = dict(zip(mine["metric"], mine["value"], strict=True))
+    assert got["revision grace=500ms delay=0ms: accuracy"] == pytest.approx(own_r["accuracy"])
+    assert got[f"{chosen[0]['label']}: recommended"] == 1.0
 
 
 def test_comparisons_delta_table(

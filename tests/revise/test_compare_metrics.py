@@ -26,6 +26,7 @@ from revise.compare.metrics import (
     accuracy_over_time,
     grace_what_if,
     percentiles,
+    replay_batches,
     revisions_per_window,
     volume,
     wallclock_latency,
@@ -178,7 +179,7 @@ def test_grace_what_if_by_hand() -> None:
                             "value": [1.0, 2.0, 3.0]})
     reference = pd.DataFrame([("a", 0, 10000, 1), ("a", 10000, 20000, 1)],
                              columns=["key", "window_start_ms", "window_end_ms", "count"])
-    x1, x2, x4 = grace_what_if(cfg, records, batch_size=1, factors=(1, 2, 4),
+    x1, x2, x4 = grace_what_if(cfg, replay_batches(records, batch_size=1), factors=(1, 2, 4),
                                reference_finals=reference)
     # grace 5s: t=9000 arrives at watermark 15000 ≥ 10000 + 5000 → too late; [0,10k) FINAL
     # at wm 15000 (+5000), [10k,20k) closed at the end with wm 15000 (-5000)
@@ -195,10 +196,10 @@ def test_grace_what_if_follows_the_real_batch_split() -> None:
                             "value": [1.0, 2.0, 3.0], "partition": [0, 0, 0],
                             "offset": [0, 1, 2]})
     # one batch: every record is judged at watermark 0 → none too late
-    (one,) = grace_what_if(cfg, records.assign(batch=[4, 4, 4]), factors=(1,))
+    (one,) = grace_what_if(cfg, replay_batches(records.assign(batch=[4, 4, 4])), factors=(1,))
     assert one.too_late == 0
     # the third record in a later batch sees watermark 15000 → too late
-    (two,) = grace_what_if(cfg, records.assign(batch=[4, 4, 7]), factors=(1,))
+    (two,) = grace_what_if(cfg, replay_batches(records.assign(batch=[4, 4, 7])), factors=(1,))
     assert two.too_late == 1
 
 
