@@ -114,7 +114,7 @@ class JobConfig:
         changelog_topic: Topic the revisions are committed to, transactionally.
         delta_path: Folder (or URI) holding the Delta tables.
         checkpoint: Spark checkpoint folder (offsets and the engine's state).
-        engine: Window, grace, delay, aggregates, mode and query id.
+        engine: Window, grace, delay, aggregates, mode, query id and emit policy.
         late_topic: Optional topic of too-late records.
         dead_letter_topic: Optional topic of bad input.
         trigger_ms: Micro-batch interval; None → back-to-back for ``once``, 500 ms otherwise.
@@ -300,7 +300,8 @@ class JobConfig:
         ``--state-layout log`` is recorded under :data:`STATE_LAYOUT_KEY` (a checkpoint of the
         other layout cannot restart: ``revise.spark.driver`` says so). The ``FN(FIELD)`` form
         records the whole ``--aggs`` text and a non-default ``--ts-format`` is recorded under
-        its own key.
+        its own key. An emit policy (``--emit-min-change`` / ``--emit-every``) is recorded as
+        ``emit_policy: on``, without its thresholds: those may change on a restart.
         """
         e = self.engine
         aggs = e.aggregates
@@ -319,4 +320,6 @@ class JobConfig:
             out["ts_format"] = self.ts_format
         if self.state_layout != UNRECORDED_STATE_LAYOUT:
             out[STATE_LAYOUT_KEY] = self.state_layout
+        if e.emit_policy is not None:  # the state keeps last emitted revisions; not the values
+            out["emit_policy"] = "on"
         return out
