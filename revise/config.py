@@ -346,9 +346,10 @@ class EngineConfig:
         if f is not None:
             object.__setattr__(self, "emit_min_change", float(f))
         if self.mode == "watermark" and self.emit_policy is not None:
-            opts = " and ".join(o for o, v in (("--emit-min-change", f), ("--emit-every", every))
-                                if v is not None)
-            msg = (f"{opts} applies to --mode revision only: watermark mode emits exactly one "
+            given = [o for o, v in (("--emit-min-change", f), ("--emit-every", every))
+                     if v is not None]
+            opts, verb = " and ".join(given), "apply" if len(given) > 1 else "applies"
+            msg = (f"{opts} {verb} to --mode revision only: watermark mode emits exactly one "
                    "FINAL per window and nothing before it, so there are no EARLY/LATE "
                    f"revisions to thin out; drop {opts} or run with --mode revision")
             raise ConfigError(msg)

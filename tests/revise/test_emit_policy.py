@@ -203,7 +203,7 @@ def test_session_retraction_carries_the_held_change():
     ({"emit_every_ms": 1000, "mode": "watermark"},
      "--emit-every applies to --mode revision only: watermark mode emits exactly one FINAL"),
     ({"emit_min_change": 0.1, "emit_every_ms": 1000, "mode": "watermark"},
-     "--emit-min-change and --emit-every applies to --mode revision only"),
+     "--emit-min-change and --emit-every apply to --mode revision only"),
 ])
 def test_bad_policies_are_refused(kw, match):
     with pytest.raises(ConfigError, match=match):
