@@ -24,7 +24,7 @@ from revise.records import revision_schema
 from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
-    "CHECKPOINT_META", "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS",
+    "CHECKPOINT_META", "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "EMIT_POLICY_KEY",
     "DEFAULT_STATE_LAYOUT", "DEFAULT_TRIGGER_MS", "STATE_LAYOUTS", "STATE_LAYOUT_KEY",
     "UNRECORDED_STATE_LAYOUT", "JobConfig", "checkpoint_fingerprint", "checkpoint_layout",
     "recorded_layout",
@@ -49,6 +49,10 @@ DEFAULT_STATE_LAYOUT = "log"
 2026-11-26, when Spark 4.2.1 stopped leaking a socket per task of its operator): its
 checkpoint and state work follow the records and windows a micro-batch touches, and it
 answered sooner at 1,000 and 10,000 records/s (docs/BENCHMARKS.md)."""
+EMIT_POLICY_KEY = "emit_policy"
+"""Recorded as ``on`` in a checkpoint's fingerprint when the job has an emit policy
+(``--emit-min-change`` / ``--emit-every``: its state keeps last emitted revisions); absent
+otherwise, so checkpoints from before the options restart unchanged."""
 CHECKPOINT_META = "revise-job.json"
 """The file in a checkpoint holding its :meth:`JobConfig.fingerprint`."""
 
@@ -321,5 +325,5 @@ class JobConfig:
         if self.state_layout != UNRECORDED_STATE_LAYOUT:
             out[STATE_LAYOUT_KEY] = self.state_layout
         if e.emit_policy is not None:  # the state keeps last emitted revisions; not the values
-            out["emit_policy"] = "on"
+            out[EMIT_POLICY_KEY] = "on"
         return out

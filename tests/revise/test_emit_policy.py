@@ -266,3 +266,20 @@ def test_help_names_the_options():
     text = sub.choices["run"].format_help()  # type: ignore[index]
     assert "--emit-min-change" in text and "--emit-every" in text
     assert "REVISE_EMIT_EVERY" in text
+
+
+def test_a_checkpoint_refuses_a_policy_turned_on_or_off_and_takes_new_thresholds(tmp_path):
+    from test_job_options import config
+
+    from revise.spark.driver import _check_checkpoint
+
+    on = dataclasses.replace(config("--emit-every", "10s"), checkpoint=str(tmp_path / "on"))
+    off = dataclasses.replace(config(), checkpoint=str(tmp_path / "off"))
+    _check_checkpoint(on)
+    _check_checkpoint(off)
+    _check_checkpoint(dataclasses.replace(
+        config("--emit-min-change", "0.5"), checkpoint=on.checkpoint))  # other thresholds
+    with pytest.raises(ConfigError, match="emit_policy: checkpoint has None, asked 'on'"):
+        _check_checkpoint(dataclasses.replace(on, checkpoint=off.checkpoint))
+    with pytest.raises(ConfigError, match="emit_policy: checkpoint has 'on', asked None"):
+        _check_checkpoint(dataclasses.replace(off, checkpoint=on.checkpoint))
