@@ -10,6 +10,7 @@ advance_ms=5000)``; ``str(...)`` gives back ``"hopping:10s:5s"``.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -21,6 +22,7 @@ from windows.aggregates import REGISTRY
 
 __all__ = [
     "AGGREGATE_NAMES",
+    "EmitPolicy",
     "EngineConfig",
     "Mode",
     "WindowKind",
@@ -224,6 +226,30 @@ def _check_aggs(names: tuple[str, ...], where: str) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class EmitPolicy:
+    """How often a window's EARLY/LATE revisions are emitted (revision mode; docs/SEMANTICS.md).
+
+    A window's revision 0, its retractions, a session's revision under new bounds and its FINAL
+    are always emitted; any other revision only when every set rule allows it, judged against
+    the window's last *emitted* revision.
+
+    Attributes:
+        min_change: Emit only when some requested aggregate column changed by at least this
+            relative amount (0.1 = 10 %) since the last emitted revision: ``|new - old| >=
+            min_change * |old|`` and ``new != old`` (so from 0 any change counts; a null
+            becoming a value or back counts). None or 0: every change.
+        every_ms: Emit at most once per this many ms of watermark progress: only when
+            ``watermark - (watermark of the last emitted revision) >= every_ms``. None: no limit.
+
+    Trace (tumbling 10s, ``min_change=0.5``): counts 2 (rev 0), 3 (+50 %, rev 1), 4 (+33 % of
+    3, suppressed), 5 (+67 % of 3, rev 2), FINAL 5 (rev 3, ``prev_count=5``).
+    """
+
+    min_change: float | None = None
+    every_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Everything that decides the engine's output (the caller supplies the watermark).
 
@@ -242,6 +268,10 @@ class EngineConfig:
         agg_list: An :class:`~revise.aggspec.AggList` (``--aggs`` parsed); None or a legacy
             list: the legacy list of ``aggs`` (``aggs`` wins, so ``dataclasses.replace`` of
             ``aggs`` works). Read it as :attr:`aggregates`.
+        emit_min_change: ``--emit-min-change`` (:attr:`EmitPolicy.min_change`, >= 0;
+            revision mode only). None: not set.
+        emit_every_ms: ``--emit-every`` (:attr:`EmitPolicy.every_ms`, > 0 ms; revision mode
+            only). None: not set.
 
     Trace: ``EngineConfig(w, 0, aggs=("count", "sum")).aggregates`` is legacy with columns
     ``count, sum``; ``agg_list=AggList.parse("count,p99(lat)")`` gives ``aggs == ("count",
@@ -255,6 +285,15 @@ class EngineConfig:
     mode: Mode = "revision"
     query_id: str = "revise"
     agg_list: AggList | None = None
+    emit_min_change: float | None = None
+    emit_every_ms: int | None = None
+
+    @property
+    def emit_policy(self) -> EmitPolicy | None:
+        """The emit policy, None when neither option is set (every change is emitted)."""
+        if self.emit_min_change is None and self.emit_every_ms is None:
+            return None
+        return EmitPolicy(self.emit_min_change, self.emit_every_ms)
 
     @property
     def aggregates(self) -> AggList:
@@ -289,4 +328,28 @@ class EngineConfig:
             raise ConfigError(msg)
         if not isinstance(self.query_id, str) or not self.query_id.strip():
             msg = f"query_id must be a non-empty string, got {self.query_id!r}"
+            raise ConfigError(msg)
+        self._check_emit_policy()
+
+    def _check_emit_policy(self) -> None:
+        f, every = self.emit_min_change, self.emit_every_ms
+        if f is not None and (isinstance(f, bool) or not isinstance(f, int | float)
+                              or not math.isfinite(f) or f < 0):
+            msg = (f"--emit-min-change must be a number >= 0 (a relative change: 0.1 = 10 %), "
+                   f"got {f!r}; e.g. --emit-min-change 0.1")
+            raise ConfigError(msg)
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int)
+                                  or every <= 0):
+            msg = (f"--emit-every must be a duration > 0 (of watermark progress), got "
+                   f"{every!r} ms; e.g. --emit-every 10s")
+            raise ConfigError(msg)
+        if f is not None:
+            object.__setattr__(self, "emit_min_change", float(f))
+        if self.mode == "watermark" and self.emit_policy is not None:
+            given = [o for o, v in (("--emit-min-change", f), ("--emit-every", every))
+                     if v is not None]
+            opts, verb = " and ".join(given), "apply" if len(given) > 1 else "applies"
+            msg = (f"{opts} {verb} to --mode revision only: watermark mode emits exactly one "
+                   "FINAL per window and nothing before it, so there are no EARLY/LATE "
+                   f"revisions to thin out; drop {opts} or run with --mode revision")
             raise ConfigError(msg)

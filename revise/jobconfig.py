@@ -24,7 +24,7 @@ from revise.records import revision_schema
 from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
-    "CHECKPOINT_META", "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS",
+    "CHECKPOINT_META", "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "EMIT_POLICY_KEY",
     "DEFAULT_STATE_LAYOUT", "DEFAULT_TRIGGER_MS", "STATE_LAYOUTS", "STATE_LAYOUT_KEY",
     "UNRECORDED_STATE_LAYOUT", "JobConfig", "checkpoint_fingerprint", "checkpoint_layout",
     "recorded_layout",
@@ -49,6 +49,10 @@ DEFAULT_STATE_LAYOUT = "log"
 2026-11-26, when Spark 4.2.1 stopped leaking a socket per task of its operator): its
 checkpoint and state work follow the records and windows a micro-batch touches, and it
 answered sooner at 1,000 and 10,000 records/s (docs/lab/benchmarks-diary.md)."""
+EMIT_POLICY_KEY = "emit_policy"
+"""Recorded as ``on`` in a checkpoint's fingerprint when the job has an emit policy
+(``--emit-min-change`` / ``--emit-every``: its state keeps last emitted revisions); absent
+otherwise, so checkpoints from before the options restart unchanged."""
 CHECKPOINT_META = "revise-job.json"
 """The file in a checkpoint holding its :meth:`JobConfig.fingerprint`."""
 
@@ -114,7 +118,7 @@ class JobConfig:
         changelog_topic: Topic the revisions are committed to, transactionally.
         delta_path: Folder (or URI) holding the Delta tables.
         checkpoint: Spark checkpoint folder (offsets and the engine's state).
-        engine: Window, grace, delay, aggregates, mode and query id.
+        engine: Window, grace, delay, aggregates, mode, query id and emit policy.
         late_topic: Optional topic of too-late records.
         dead_letter_topic: Optional topic of bad input.
         trigger_ms: Micro-batch interval; None → back-to-back for ``once``, 500 ms otherwise.
@@ -300,7 +304,8 @@ class JobConfig:
         ``--state-layout log`` is recorded under :data:`STATE_LAYOUT_KEY` (a checkpoint of the
         other layout cannot restart: ``revise.spark.driver`` says so). The ``FN(FIELD)`` form
         records the whole ``--aggs`` text and a non-default ``--ts-format`` is recorded under
-        its own key.
+        its own key. An emit policy (``--emit-min-change`` / ``--emit-every``) is recorded as
+        ``emit_policy: on``, without its thresholds: those may change on a restart.
         """
         e = self.engine
         aggs = e.aggregates
@@ -319,4 +324,6 @@ class JobConfig:
             out["ts_format"] = self.ts_format
         if self.state_layout != UNRECORDED_STATE_LAYOUT:
             out[STATE_LAYOUT_KEY] = self.state_layout
+        if e.emit_policy is not None:  # the state keeps last emitted revisions; not the values
+            out[EMIT_POLICY_KEY] = "on"
         return out

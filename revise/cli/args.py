@@ -90,6 +90,15 @@ def add_engine_options(p: argparse.ArgumentParser, *, mode: bool = True) -> None
     if mode:
         p.add_argument("--mode", choices=MODES, default="revision",
                        help="revision: every change then FINAL; watermark: FINAL only")
+    p.add_argument("--emit-min-change",
+                   help="revision mode: emit a window's next EARLY/LATE revision only when "
+                        "some --aggs column changed by at least this relative amount since "
+                        "its last emitted revision (0.1 = 10%%; from 0 any change counts); "
+                        "revision 0, retractions and FINALs always go out")
+    p.add_argument("--emit-every", type=duration_type("--emit-every"),
+                   help="revision mode: at most one EARLY/LATE revision of a window per this "
+                        "much watermark progress (e.g. 10s); revision 0, retractions and "
+                        "FINALs always go out")
 
 
 def add_field_options(p: argparse.ArgumentParser) -> None:
@@ -122,6 +131,9 @@ def engine_config(args: argparse.Namespace, *, mode: Mode = "revision",
         agg_list=aggs,
         mode=mode,
         query_id=query_id,
+        emit_min_change=maybe_float(getattr(args, "emit_min_change", None),
+                                    "--emit-min-change"),
+        emit_every_ms=maybe_duration(getattr(args, "emit_every", None), "--emit-every"),
     )
 
 

@@ -94,7 +94,10 @@ def run_compare(
     progress: dict[str, list[dict[str, Any]]] = {}
     jobs: dict[str, JobConfig] = {}
     for mode in MODES:
-        engine = replace(cfg.engine, mode=mode, query_id=cfg.query_id(mode))
+        # watermark mode emits one FINAL per window: nothing for an emit policy to thin
+        base = cfg.engine if mode == "revision" else replace(
+            cfg.engine, emit_min_change=None, emit_every_ms=None)
+        engine = replace(base, mode=mode, query_id=cfg.query_id(mode))
         topic = source_topic if cfg.rate is None else f"compare-input-{cfg.run_id}-{mode}"
         topics[mode] = topic
         job = JobConfig(
@@ -430,6 +433,7 @@ def _compute(
     settings: dict[str, object] = {
         "window": str(e.window), "grace_ms": e.grace_ms, "watermark_delay_ms":
         e.watermark_delay_ms, "aggs": list(e.aggs), "accuracy_fields": list(fields),
+        "emit_min_change": e.emit_min_change, "emit_every_ms": e.emit_every_ms,
         "max_records_per_batch":
         cfg.max_records_per_batch, "rate": cfg.rate, "trigger_ms": cfg.trigger_ms,
         "input_topics": topics, "generator": None if cfg.generator is None else {

@@ -15,7 +15,11 @@ Per ``process(batch, watermark_ms=W)``:
    (``n_late``, ``max_lateness_ms = max(W - ts)``) when ``W >= window_end``.
 2. Revision mode: every window touched by the batch emits one revision, numbered densely per
    window from 0, ``timing`` EARLY if ``W < end`` else LATE, ``prev_*`` = the values of the
-   window's previous revision (null at revision 0).
+   window's previous revision (null at revision 0). Under an emit policy
+   (``--emit-min-change``, ``--emit-every``; :mod:`~revise.engine.throttle`) a revision that
+   keeps a window's bounds goes out only when the policy allows it against the window's last
+   emitted revision; numbers stay dense over the emitted ones and ``prev_*`` are the last
+   emitted values.
 3. Every open window with ``W >= end + grace`` closes: exactly one FINAL revision
    (``is_final``, also when nothing changed), then its state is dropped. A window accepted in
    this batch cannot close in it (it was accepted because ``W < end + grace``); if it did, only
@@ -71,7 +75,8 @@ Session timeline (gap 10s, grace 0; ``rev`` numbers per bounds)::
 The package, by concern: :mod:`~revise.engine.batch` (the input batch, its checks, the
 step context and too-late records), :mod:`~revise.engine.state` (key table, open-window table,
 snapshot), :mod:`~revise.engine.fixed` (tumbling/hopping), :mod:`~revise.engine.sessions`,
-:mod:`~revise.engine.emitter` (typed parts → one sorted RevisionBatch) and
+:mod:`~revise.engine.emitter` (typed parts → one sorted RevisionBatch),
+:mod:`~revise.engine.throttle` (emit policies) and
 :mod:`~revise.engine.core` (the :class:`Engine` that ties them together).
 """
 

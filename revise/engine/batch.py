@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from revise.config import EmitPolicy
 from revise.engine.aggplan import AggPlan
 from revise.errors import ReviseError
 from revise.record_batches import LateBatch, RevisionBatch
@@ -257,6 +258,7 @@ class Step:
         revision_mode: Emit a revision per touched window (False: watermark mode).
         watermark_ms: The watermark ``W`` in force for the batch (ms).
         batch_id: The micro-batch id carried by every output row.
+        policy: How often EARLY/LATE revisions are emitted (None: every change).
     """
 
     aggs: AggPlan
@@ -265,6 +267,7 @@ class Step:
     revision_mode: bool
     watermark_ms: int
     batch_id: int
+    policy: EmitPolicy | None = None
 
 
 def late_records(batch: InputBatch, src: npt.NDArray[np.intp], ranks: IntArray,

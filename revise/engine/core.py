@@ -66,7 +66,7 @@ class Engine:
         else:
             self._assigner = None
         self._keys = KeyTable()
-        self._state = WindowTable.empty(self._aggs)
+        self._state = WindowTable.empty(self._aggs, last=config.emit_policy is not None)
         self._watermark_ms = 0
         self._max_ts_ms = -1  # max accepted event time so far (-1: none)
         self._sealed_ms = NO_SEAL  # windows starting at or before this were closed (close_all)
@@ -199,7 +199,7 @@ class Engine:
 
     def _step(self, w: int, batch_id: int) -> Step:
         return Step(self._aggs, self._config.grace_ms, self._sealed_ms,
-                    self._config.mode == "revision", w, batch_id)
+                    self._config.mode == "revision", w, batch_id, self._config.emit_policy)
 
     def _build(self, out: Emitter, w: int, batch_id: int, now_ms: int) -> RevisionBatch:
         return out.build(self._config, self._aggs, self._keys, watermark_ms=w,

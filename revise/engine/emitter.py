@@ -209,8 +209,13 @@ def emit_changed(out: Emitter, windows: WindowTable, *, prev: State, prev_sketch
 
 
 def emit_finals(out: Emitter, closing: WindowTable, *, revision_mode: bool) -> None:
-    """Emit one FINAL per window of ``closing`` (revision 0 and no prev in watermark mode)."""
+    """Emit one FINAL per window of ``closing`` (revision 0 and no prev in watermark mode).
+
+    ``prev_*`` are the values of the window's last emitted revision: its current ones, or
+    under an emit policy the ones ``closing.last`` kept.
+    """
     n = len(closing)
+    last = closing.last
     if revision_mode:
         has_prev = closing.rev > 0
     else:
@@ -218,5 +223,6 @@ def emit_finals(out: Emitter, closing: WindowTable, *, revision_mode: bool) -> N
                               np.zeros(n, dtype=_I64), closing.n_late, closing.max_late,
                               closing.sketches)
         has_prev = np.zeros(n, dtype=bool)
-    out.add(EmittedPart(closing, closing.cols, has_prev, np.full(n, FINAL, dtype=np.int8),
-                        is_final=True))
+    out.add(EmittedPart(closing, closing.cols if last is None else last.cols, has_prev,
+                        np.full(n, FINAL, dtype=np.int8), is_final=True,
+                        prev_sketches=None if last is None else last.sketches))

@@ -19,7 +19,8 @@ import numpy.typing as npt
 from revise.engine.aggplan import Sketches
 from revise.engine.batch import FloatArray, InputBatch, IntArray, Step, late_records, value_ranks
 from revise.engine.emitter import Emitter, emit_rows
-from revise.engine.state import WindowTable
+from revise.engine.state import LastEmitted, WindowTable
+from revise.engine.throttle import emit_throttled
 from revise.record_batches import LateBatch
 from windows import State, WindowAssigner, segment_starts
 
@@ -57,6 +58,8 @@ def process_fixed(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
                   table: WindowTable, n_keys: int, step: Step,
                   out: Emitter) -> tuple[WindowTable, LateBatch, int | None]:
     """Apply ``batch`` to the open windows ``table``; emit one revision per touched window.
+
+    Under an emit policy (``step.policy``) only the touched windows it allows are emitted.
 
     Args:
         assigner: Tumbling or hopping assignment.
@@ -101,10 +104,15 @@ def process_fixed(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
                             {c: a[new] for c, a in g.part.items()},
                             np.zeros(int(new.sum()), dtype=_I64), g.n_late[new], g.max_late[new],
                             {n: t.take(new) for n, t in g.sketches.items()})
+        if table.last is not None:
+            fresh.last = LastEmitted.of(fresh, step.watermark_ms)
         table = table.insert(pos[new], fresh)
         table_ids = np.insert(table_ids, pos[new], g.window_id[new])
     # 3. revision mode: one revision per touched window
-    if step.revision_mode:
+    if step.revision_mode and step.policy is not None:
+        emit_throttled(out, table, np.searchsorted(table_ids, g.window_id), has_prev=found,
+                       step=step)
+    elif step.revision_mode:
         rows = np.searchsorted(table_ids, g.window_id)
         prev = {c: np.zeros(len(rows), dtype=a.dtype) for c, a in table.cols.items()}
         for c in prev:

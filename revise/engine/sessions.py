@@ -21,7 +21,8 @@ import numpy.typing as npt
 from revise.engine.aggplan import Sketches
 from revise.engine.batch import InputBatch, IntArray, Step, late_records, value_ranks
 from revise.engine.emitter import Emitter, emit_changed
-from revise.engine.state import WindowTable, unique_sorted
+from revise.engine.state import LastEmitted, WindowTable, unique_sorted
+from revise.engine.throttle import allowed, record_emitted
 from revise.record_batches import LateBatch
 from windows import State, merge_spans, segment_starts
 from windows.sketches import SlotTable
@@ -94,8 +95,10 @@ def process_sessions(gap_ms: int, batch: InputBatch, ranks: IntArray, table: Win
                                           len(recs))
     m = _merge(table.take(np.flatnonzero(touched)), keys, ts, span_end, values, vrank,
                len(batch) + 1, step, per_record)
+    if table.last is not None:
+        m.sessions.last = _carried_last(m, w)
     if step.revision_mode:
-        _emit(m, w, out)
+        _emit(m, step, out)
     rest = WindowTable.concat(table.take(~touched), m.sessions)
     return rest.take(np.lexsort((rest.start, rest.key))), late, int(ts.max())
 
@@ -161,24 +164,74 @@ def _regroup_sketches(old: WindowTable, per_record: Sketches, order: npt.NDArray
     return sk, prev_sk
 
 
-def _emit(m: _Merged, w: int, out: Emitter) -> None:
+def _emit(m: _Merged, step: Step, out: Emitter) -> None:
     """Revision mode: one revision per session that got a record, one retraction per old bounds.
 
-    Sessions of touched keys that got no record stay as they are: not emitted.
+    Sessions of touched keys that got no record stay as they are: not emitted. Under an emit
+    policy a session that kept its bounds emits only when the policy allows it (:func:`_gate`);
+    a new session, new bounds and retractions always go out, a retraction with its current
+    values and ``prev_*`` = its last emitted ones.
     """
+    w = step.watermark_ms
     seg = segment_starts(m.group)
     hit = np.flatnonzero(np.add.reduceat((~m.is_stored).astype(_I64), seg) > 0)
-    emit_changed(out, m.sessions.take(hit), prev={c: a[hit] for c, a in m.prev.items()},
-                 prev_sketches={n: t.take(hit) for n, t in m.prev_sketches.items()},
+    prev = {c: a[hit] for c, a in m.prev.items()}
+    prev_sk = {n: t.take(hit) for n, t in m.prev_sketches.items()}
+    if m.sessions.last is not None:
+        hit, prev, prev_sk = _gate(m, hit, step)
+    emit_changed(out, m.sessions.take(hit), prev=prev, prev_sketches=prev_sk,
                  has_prev=m.n_stored[hit] >= 1, w=w)
     m.sessions.rev[hit] += 1
+    record_emitted(m.sessions, hit, w)
     retracted = np.flatnonzero(m.is_stored & m.changed[m.group])
     if len(retracted):
         r = m.old.take(m.order[retracted])
+        before: WindowTable | LastEmitted = r if r.last is None else r.last
         # a retraction carries the timing of the revision that supersedes it
-        emit_changed(out, r, prev=r.cols, prev_sketches=r.sketches,
+        emit_changed(out, r, prev=before.cols, prev_sketches=before.sketches,
                      has_prev=np.ones(len(r), dtype=bool), w=w,
                      retracted=True, timing_end=m.sessions.end[m.group[retracted]])
+
+
+def _carried_last(m: _Merged, w: int) -> LastEmitted:
+    """The merged sessions' last emitted revisions (under an emit policy).
+
+    A session that kept the bounds of one stored session keeps that one's; any other (new, or
+    new bounds) starts from its current state at ``w`` (it is emitted in this batch).
+    """
+    last = LastEmitted.of(m.sessions, w)
+    same = (m.n_stored == 1) & ~m.changed
+    if m.old.last is None or not same.any():
+        return last
+    stored = np.flatnonzero(m.is_stored)
+    src = np.zeros(len(m.sessions), dtype=np.intp)
+    src[m.group[stored]] = m.order[stored]  # the (only) stored row of each same-bounds session
+    rows = np.flatnonzero(same)
+    old = m.old.last.take(src[rows])
+    for c, a in last.cols.items():
+        a[rows] = old.cols[c]
+    for n, t in last.sketches.items():
+        last.sketches[n] = t.replace(rows, old.sketches[n])
+    last.watermark_ms[rows] = old.watermark_ms
+    return last
+
+
+def _gate(m: _Merged, hit: IntArray, step: Step) -> tuple[IntArray, State, Sketches]:
+    """The sessions of ``hit`` the emit policy lets out, and their ``prev_*`` state.
+
+    A session that kept the bounds of one stored session is judged against its last emitted
+    revision (which its ``prev_*`` then hold); new sessions and new bounds always go out.
+    """
+    last = m.sessions.last
+    assert last is not None and step.policy is not None
+    same = (m.n_stored[hit] == 1) & ~m.changed[hit]
+    lt = last.take(hit)
+    ok = ~same | allowed(step.policy, step.aggs, m.sessions.take(hit), lt, step.watermark_ms)
+    prev = {c: np.where(same, lt.cols[c], a[hit])[ok] for c, a in m.prev.items()}
+    at = np.flatnonzero(same)
+    prev_sk = {n: t.take(hit).replace(at, lt.sketches[n].take(at)).take(ok)
+               for n, t in m.prev_sketches.items()}
+    return hit[ok], prev, prev_sk
 
 
 def _sort_key_start_tie(key: IntArray, start: IntArray, tie: IntArray,

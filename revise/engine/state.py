@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "COMPRESS_ABOVE_BYTES",
     "INDEX_MAX_BYTES",
     "NO_SEAL",
+    "LastEmitted",
     "SNAPSHOT_FORMAT",
     "KeyTable",
     "Snapshot",
@@ -45,13 +47,15 @@ __all__ = [
     "unique_sorted",
 ]
 
-SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMAT = 3
 """Version of the snapshot layout; bumped on any incompatible change.
 
-2 added the sketch columns of ``FN(FIELD)`` aggregates; a format-1 snapshot (the legacy
-aggregates, same columns) is still read, under the same fingerprint check."""
+2 added the sketch columns of ``FN(FIELD)`` aggregates; 3 the last-emitted columns an emit
+policy keeps (``last_*``, :class:`LastEmitted`). Format-1 and -2 snapshots (no policy, same
+columns otherwise) are still read, under the same fingerprint check, which refuses them to an
+engine with an emit policy."""
 
-_READABLE_FORMATS = ("1", str(SNAPSHOT_FORMAT))
+_READABLE_FORMATS = ("1", "2", str(SNAPSHOT_FORMAT))
 
 _ZSTD_IPC = pa.ipc.IpcWriteOptions(compression="zstd")
 _PLAIN_IPC = pa.ipc.IpcWriteOptions()
@@ -205,6 +209,56 @@ def _fixed_width(text: pa.StringArray, max_width: int) -> npt.NDArray[np.bytes_]
 
 
 @dataclass(slots=True)
+class LastEmitted:
+    """Per open window, its last *emitted* revision: kept only under an emit policy.
+
+    Attributes:
+        cols: Aggregate state columns of that revision (the ``prev_*`` of the next one).
+        sketches: Sketch states of that revision.
+        watermark_ms: The watermark of the micro-batch that emitted it (ms).
+    """
+
+    cols: State
+    sketches: Sketches
+    watermark_ms: IntArray
+
+    @staticmethod
+    def of(table: WindowTable, watermark_ms: int) -> LastEmitted:
+        """``table``'s current state (copied) as emitted at ``watermark_ms``."""
+        return LastEmitted({c: a.copy() for c, a in table.cols.items()},
+                           take_sketches(table.sketches, np.arange(len(table))),
+                           np.full(len(table), watermark_ms, dtype=_I64))
+
+    def take(self, idx: npt.NDArray[Any]) -> LastEmitted:
+        """The rows ``idx`` (positions or a mask), as a copy."""
+        return LastEmitted({c: a[idx] for c, a in self.cols.items()},
+                           take_sketches(self.sketches, idx), self.watermark_ms[idx])
+
+    def concat(self, b: LastEmitted) -> LastEmitted:
+        """The rows of ``self`` then those of ``b``."""
+        return LastEmitted({c: np.concatenate((a, b.cols[c])) for c, a in self.cols.items()},
+                           concat_sketches(self.sketches, b.sketches),
+                           np.concatenate((self.watermark_ms, b.watermark_ms)))
+
+    def insert(self, pos: npt.NDArray[np.intp], new: LastEmitted) -> LastEmitted:
+        """A copy with ``new``'s rows inserted before positions ``pos`` (as ``np.insert``)."""
+        return LastEmitted({c: np.insert(a, pos, new.cols[c]) for c, a in self.cols.items()},
+                           insert_sketches(self.sketches, pos, new.sketches),
+                           np.insert(self.watermark_ms, pos, new.watermark_ms))
+
+
+def _joined(a: LastEmitted | None, b: LastEmitted | None,
+            join: Callable[[LastEmitted, LastEmitted], LastEmitted]) -> LastEmitted | None:
+    """``join(a, b)``; None when neither table keeps a :class:`LastEmitted` (no emit policy)."""
+    if a is None and b is None:
+        return None
+    if a is None or b is None:
+        msg = "under an emit policy every window table keeps its windows' last emitted revision"
+        raise ValueError(msg)
+    return join(a, b)
+
+
+@dataclass(slots=True)
 class WindowTable:
     """Open windows, one row each, sorted by ``(key, start)``; arrays owned by the engine.
 
@@ -217,6 +271,7 @@ class WindowTable:
         n_late: Accepted records that arrived when the watermark was already >= end.
         max_late: Largest ``watermark - ts`` (ms) among those late records (0 if none).
         sketches: Sketch states by name (one group per row; empty in the legacy form).
+        last: Each window's last emitted revision (only under an emit policy, else None).
     """
 
     key: IntArray
@@ -227,23 +282,31 @@ class WindowTable:
     n_late: IntArray
     max_late: IntArray
     sketches: Sketches = field(default_factory=dict)
+    last: LastEmitted | None = None
 
     def __len__(self) -> int:
         return len(self.key)
 
     @staticmethod
-    def empty(aggs: AggregateSet) -> WindowTable:
-        """A table with no windows and ``aggs``' state columns (and sketches of an AggPlan)."""
+    def empty(aggs: AggregateSet, *, last: bool = False) -> WindowTable:
+        """A table with no windows and ``aggs``' state columns (and sketches of an AggPlan).
+
+        ``last``: keep each window's last emitted revision (:class:`LastEmitted`).
+        """
         z = np.empty(0, dtype=_I64)
         sk = aggs.empty_sketches(0) if isinstance(aggs, AggPlan) else {}
-        return WindowTable(z, z.copy(), z.copy(), aggs.empty(0), z.copy(), z.copy(), z.copy(),
-                           sk)
+        table = WindowTable(z, z.copy(), z.copy(), aggs.empty(0), z.copy(), z.copy(), z.copy(),
+                            sk)
+        if last:
+            table.last = LastEmitted.of(table, 0)
+        return table
 
     def take(self, idx: npt.NDArray[Any]) -> WindowTable:
         """The rows ``idx`` (positions or a mask), as a copy."""
         return WindowTable(self.key[idx], self.start[idx], self.end[idx],
                       {c: a[idx] for c, a in self.cols.items()}, self.rev[idx],
-                      self.n_late[idx], self.max_late[idx], take_sketches(self.sketches, idx))
+                      self.n_late[idx], self.max_late[idx], take_sketches(self.sketches, idx),
+                      None if self.last is None else self.last.take(idx))
 
     @staticmethod
     def concat(a: WindowTable, b: WindowTable) -> WindowTable:
@@ -253,7 +316,8 @@ class WindowTable:
                       {c: np.concatenate((a.cols[c], b.cols[c])) for c in a.cols},
                       np.concatenate((a.rev, b.rev)), np.concatenate((a.n_late, b.n_late)),
                       np.concatenate((a.max_late, b.max_late)),
-                      concat_sketches(a.sketches, b.sketches))
+                      concat_sketches(a.sketches, b.sketches),
+                      _joined(a.last, b.last, LastEmitted.concat))
 
     def insert(self, pos: npt.NDArray[np.intp], new: WindowTable) -> WindowTable:
         """A copy with ``new``'s rows inserted before positions ``pos`` (as ``np.insert``)."""
@@ -262,7 +326,8 @@ class WindowTable:
                       {c: np.insert(a, pos, new.cols[c]) for c, a in self.cols.items()},
                       np.insert(self.rev, pos, new.rev), np.insert(self.n_late, pos, new.n_late),
                       np.insert(self.max_late, pos, new.max_late),
-                      insert_sketches(self.sketches, pos, new.sketches))
+                      insert_sketches(self.sketches, pos, new.sketches),
+                      _joined(self.last, new.last, lambda x, y: x.insert(pos, y)))
 
 
 
@@ -274,9 +339,16 @@ def unique_sorted(a: IntArray) -> IntArray:
 
 
 def state_config(config: EngineConfig, aggs: AggregateSet) -> dict[str, Any]:
-    """What gives stored state its meaning: window, grace, aggregate tags, mode."""
-    return {"window": str(config.window), "grace_ms": config.grace_ms,
-            "aggs": list(aggs.tags), "mode": config.mode}
+    """What gives stored state its meaning: window, grace, aggregate tags, mode, emit policy.
+
+    An emit policy adds ``"emit_policy": "on"`` (the state then holds each window's last
+    emitted revision); its thresholds are not recorded: they may change on a restart.
+    """
+    out: dict[str, Any] = {"window": str(config.window), "grace_ms": config.grace_ms,
+                           "aggs": list(aggs.tags), "mode": config.mode}
+    if config.emit_policy is not None:
+        out["emit_policy"] = "on"
+    return out
 
 
 def _fingerprint(config: dict[str, Any]) -> str:
@@ -313,7 +385,9 @@ def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) 
     ``revise.watermark_ms``, ``revise.max_ts_ms`` and ``revise.sealed_ms``. Each sketch
     ``NAME`` (``q:FIELD``, ``d:FIELD``) adds ``sk_NAME_slots`` (large_list<int64>) and
     ``sk_NAME_values`` (large_list<int64>, uint8 for distinct), one list per window, and its
-    version tag in ``revise.sketch.NAME``.
+    version tag in ``revise.sketch.NAME``. Under an emit policy (:class:`LastEmitted`) the
+    last emitted revision of each window follows: ``last_wm`` (int64 ms), ``last_col_C`` per
+    state column and ``last_sk_NAME_slots`` / ``last_sk_NAME_values`` per sketch.
     """
     st = snap.table
     live = unique_sorted(st.key)
@@ -337,6 +411,8 @@ def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) 
             arrays.append(pa.LargeListArray.from_arrays(offsets, pa.array(enc.values)))
             names += [f"sk_{name}_slots", f"sk_{name}_values"]
             meta[f"revise.sketch.{name}"] = enc.tag
+    if st.last is not None:
+        _encode_last(st.last, aggs, arrays, names)
     meta |= {
         "revise.format": str(SNAPSHOT_FORMAT),
         "revise.fingerprint": _fingerprint(config),
@@ -379,10 +455,14 @@ def decode_snapshot(snapshot: bytes, config: dict[str, Any], aggs: AggregateSet)
         msg = (
             f"engine snapshot was written for {meta.get('revise.config')}, this engine "
             f"runs {json.dumps(config, sort_keys=True)}; restart with the "
-            "original --window/--grace/--aggs/--mode, or with a new checkpoint and query id"
+            "original --window/--grace/--aggs/--mode (and with an --emit-min-change or "
+            "--emit-every exactly when the original had one), or with a new checkpoint and "
+            "query id"
         )
         raise StateSchemaMismatch(msg)
-    snap = Snapshot(KeyTable(), WindowTable.empty(aggs), int(meta["revise.watermark_ms"]),
+    has_last = "last_wm" in table.column_names
+    snap = Snapshot(KeyTable(), WindowTable.empty(aggs, last=has_last),
+                    int(meta["revise.watermark_ms"]),
                     int(meta.get("revise.max_ts_ms", "-1")),
                     int(meta.get("revise.sealed_ms", str(NO_SEAL))))
     if table.num_rows == 0:
@@ -401,10 +481,34 @@ def decode_snapshot(snapshot: bytes, config: dict[str, Any], aggs: AggregateSet)
     snap.table = WindowTable(np.asarray(key_col.indices.to_numpy(), dtype=_I64), i64("start"),
                              i64("end"), cols, i64("rev"), i64("n_late"), i64("max_late"),
                              sketches)
+    if has_last:
+        last_cols = {c.name: np.array(table.column(f"last_col_{c.name}").to_numpy(),
+                                      dtype=c.dtype) for c in aggs.columns}
+        last_sk = (_decode_sketches(table, meta, aggs, prefix="last_sk_")
+                   if isinstance(aggs, AggPlan) else {})
+        snap.table.last = LastEmitted(last_cols, last_sk, i64("last_wm"))
     return snap
 
 
-def _decode_sketches(table: pa.Table, meta: dict[str, str], aggs: AggPlan) -> Sketches:
+def _encode_last(last: LastEmitted, aggs: AggregateSet, arrays: list[pa.Array],
+                 names: list[str]) -> None:
+    """Append the ``last_*`` columns of :func:`encode_snapshot` to ``arrays`` / ``names``."""
+    arrays.append(pa.array(last.watermark_ms))
+    names.append("last_wm")
+    for c in aggs.columns:
+        arrays.append(pa.array(last.cols[c.name]))
+        names.append(f"last_col_{c.name}")
+    if isinstance(aggs, AggPlan):
+        for name, t in last.sketches.items():
+            enc = aggs.sketch(name).encode(t)
+            offsets = pa.array(enc.offsets, type=pa.int64())
+            arrays.append(pa.LargeListArray.from_arrays(offsets, pa.array(enc.slots)))
+            arrays.append(pa.LargeListArray.from_arrays(offsets, pa.array(enc.values)))
+            names += [f"last_sk_{name}_slots", f"last_sk_{name}_values"]
+
+
+def _decode_sketches(table: pa.Table, meta: dict[str, str], aggs: AggPlan,
+                     prefix: str = "sk_") -> Sketches:
     """The sketch columns of a snapshot, checked by their kernels.
 
     Raises:
@@ -413,8 +517,8 @@ def _decode_sketches(table: pa.Table, meta: dict[str, str], aggs: AggPlan) -> Sk
     out: Sketches = {}
     for name in aggs.sketches:
         try:
-            slots = table.column(f"sk_{name}_slots").chunk(0)
-            values = table.column(f"sk_{name}_values").chunk(0)
+            slots = table.column(f"{prefix}{name}_slots").chunk(0)
+            values = table.column(f"{prefix}{name}_values").chunk(0)
             offsets = slots.offsets.to_numpy()
             lo, hi = int(offsets[0]), int(offsets[-1])
             enc = EncodedSketch(meta.get(f"revise.sketch.{name}", "?"), offsets - lo,

@@ -37,7 +37,13 @@ from typing import TYPE_CHECKING
 
 from revise import allocator_for_run
 from revise.errors import ConfigError
-from revise.jobconfig import CHECKPOINT_META, JobConfig, checkpoint_fingerprint, recorded_layout
+from revise.jobconfig import (
+    CHECKPOINT_META,
+    EMIT_POLICY_KEY,
+    JobConfig,
+    checkpoint_fingerprint,
+    recorded_layout,
+)
 from revise.spark.advice import retention_note
 from revise.spark.close_all import BoundedEnd
 from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
@@ -79,7 +85,9 @@ def _check_checkpoint(cfg: JobConfig) -> None:
                 "its earliest offset and rebuilds the windows"
             )
             raise ConfigError(msg)
-        diff = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
+        # recorded only when on: a policy turned off differs too
+        keys = [*want, *([EMIT_POLICY_KEY] if EMIT_POLICY_KEY not in want else [])]
+        diff = {k: (have.get(k), want.get(k)) for k in keys if have.get(k) != want.get(k)}
         if diff:
             lines = ", ".join(
                 f"{k}: checkpoint has {a!r}, asked {b!r}" for k, (a, b) in diff.items()

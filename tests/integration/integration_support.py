@@ -83,6 +83,9 @@ class JobSetup:
     key_field: str = "key"
     ts_field: str = "ts"
     ts_format: str = "epoch_ms"
+    # --emit-min-change / --emit-every (SPEC §7); None: every change is emitted.
+    emit_min_change: float | None = None
+    emit_every_ms: int | None = None
 
     def agg_list(self) -> AggList:
         return AggList.parse(self.aggs or "count,sum,min,max,mean")
@@ -94,6 +97,7 @@ class JobSetup:
             watermark_delay_ms=self.delay_ms, mode=self.mode,  # type: ignore[arg-type]
             query_id=self.query_id, agg_list=None if aggs.legacy else aggs,
             **({"aggs": aggs.columns} if aggs.legacy else {}),
+            emit_min_change=self.emit_min_change, emit_every_ms=self.emit_every_ms,
         )
 
     def job_config(self) -> JobConfig:
@@ -121,6 +125,10 @@ class JobSetup:
             args += ["--aggs", self.aggs]
         args += ["--key-field", self.key_field, "--ts-field", self.ts_field,
                  "--ts-format", self.ts_format]
+        if self.emit_min_change is not None:
+            args += ["--emit-min-change", str(self.emit_min_change)]
+        if self.emit_every_ms is not None:
+            args += ["--emit-every", f"{self.emit_every_ms}ms"]
         return args
 
     def produce(self, payloads: Iterable[bytes], keys: Iterable[str | None] | None = None,

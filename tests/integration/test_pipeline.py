@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from integration_support import REPO, check_run, spark_batches
+from integration_support import REPO, check_run, read_delta, spark_batches
 
 from revise.generate import GeneratorConfig, generate, produce
 from revise.spark.driver import NO_DATA_BATCHES, run_job
@@ -102,3 +103,41 @@ def test_cli_rejects_a_missing_input_topic(job_setup, unique_id):
     assert f"--input-topic {setup.input_topic!r} does not exist" in proc.stderr
     assert "revise generate" in proc.stderr  # says how to fix it
     assert "Traceback" not in proc.stderr
+
+
+def test_an_emit_policy_sends_fewer_revisions_and_the_same_finals(job_setup, spark):
+    """The same input twice, without and with ``--emit-min-change 0.25 --emit-every 1s``."""
+    stream = generate(GeneratorConfig(events=1_200, keys=6, seed=5, disorder_ms=2_000,
+                                      late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.02))
+    runs = {}
+    for name, policy in (("plain", {}), ("policy", {"emit_min_change": 0.25,
+                                                     "emit_every_ms": 1_000})):
+        setup = job_setup(name, window="tumbling:4s", grace_ms=3_000,
+                          max_records_per_batch=100, **policy)
+        produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
+        run_job(setup.job_config(), spark=spark, timeout_s=400)
+        runs[name] = (setup, check_run(setup))  # dense, prev = previous emitted, FINAL = oracle
+    (plain, seen), (throttled, thinned) = runs["plain"], runs["policy"]
+    assert spark_batches(plain.checkpoint, plain.input_topic) == spark_batches(
+        throttled.checkpoint, throttled.input_topic), "the two runs split the input differently"
+    assert thinned.windows == seen.windows > 10
+    assert thinned.revisions < seen.revisions, (thinned.revisions, seen.revisions)
+
+    def finals(setup):
+        rows = read_delta(setup.delta_path, "revisions")
+        return {(r["key"], r["window_start_ms"], r["window_end_ms"]):
+                tuple(r[c] for c in ("count", "sum", "min", "max", "mean", "n_late",
+                                     "max_lateness_ms", "watermark_ms", "batch_id"))
+                for r in rows if r["is_final"]}
+
+    assert finals(throttled) == finals(plain)
+    by_window = defaultdict(list)
+    for r in sorted(read_delta(throttled.delta_path, "revisions"), key=lambda r: r["revision"]):
+        by_window[(r["key"], r["window_start_ms"])].append(r)
+    for rows in by_window.values():  # each EARLY/LATE after rev 0 meets both rules
+        for prev, row in zip(rows, rows[1:], strict=False):
+            if not row["is_final"]:
+                assert row["watermark_ms"] - prev["watermark_ms"] >= 1_000
+                assert any(abs(row[c] - prev[c]) >= 0.25 * abs(prev[c]) > 0 or
+                           (prev[c] == 0 and row[c] != 0)
+                           for c in ("count", "sum", "min", "max", "mean"))
