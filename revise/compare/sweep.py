@@ -6,14 +6,17 @@ setting: every combination of a grace, a watermark delay and an emission policy 
 mode; revision mode revising on every change; ``--emit-min-change F``; ``--emit-every DUR``).
 Each setting gets three figures, all deterministic for the recorded split (no wall clock):
 
-- *first-answer latency*: p50 over windows of ``watermark_ms - window_end_ms`` of revision 0
-  (event time, ms; negative = an answer before the window ended);
+- *first-answer latency*: p50 over windows of ``frontier - window_end_ms`` at revision 0, where
+  the frontier is the max event time seen (``watermark_ms + watermark delay``), so settings with
+  different delays are measured on the same clock (event time, ms; negative = an answer before
+  the window ended);
 - *revisions per window*: revisions emitted ÷ windows closed;
 - *accuracy*: ``1 - mean relative count error`` of each window's latest revision against the
-  true final count (a replay that accepts every record), averaged over the same event-time grid
-  for every setting, from one window length before the window's end to the largest
-  ``grace + delay`` swept (a window without an answer yet counts as error 1). It is the area
-  under the accuracy-over-time curve of :func:`~revise.compare.metrics.accuracy_over_time`.
+  true final count (a replay that accepts every record), averaged over the same frontier grid
+  for every setting, from the window's end to the largest ``grace + delay`` swept (a window
+  without an answer yet counts as error 1): how right the answer a reader finds is, from the
+  moment the window has ended. It is the area under the accuracy-over-time curve of
+  :func:`~revise.compare.metrics.accuracy_over_time`, measured on the frontier.
 
 A setting is *on the frontier* when no other setting is at least as good on all three
 (lower latency, fewer revisions, higher accuracy) and better on one. The recommendation for an
@@ -158,6 +161,11 @@ def _revisions(config: EngineConfig, batches: Sequence[InputBatch]) -> tuple[pd.
     return revs, sum(len(r.late) for r in results)
 
 
+def _on_frontier_clock(revs: pd.DataFrame, delay_ms: int) -> pd.DataFrame:
+    """``revs`` with ``watermark_ms`` moved to the frontier it trails (``+ delay_ms``)."""
+    return revs.assign(watermark_ms=revs["watermark_ms"] + delay_ms) if delay_ms else revs
+
+
 def _first_latency(revs: pd.DataFrame) -> float | None:
     first = revs[(revs["revision"] == 0) & ~revs["retracted"]]
     return percentiles(first["watermark_ms"] - first["window_end_ms"]).p50
@@ -189,11 +197,12 @@ def run_sweep(base: EngineConfig, batches: Sequence[InputBatch],
              [[*WINDOW_BOUNDS, "count"]] if len(truth_revs) else
              pd.DataFrame(columns=[*WINDOW_BOUNDS, "count"]))
     horizon = max(s.grace_ms + s.watermark_delay_ms for s in settings)
-    step = max(1, math.ceil((horizon + size) / 60))
-    grid = list(range(-size, horizon + step, step))
+    step = max(1, math.ceil(horizon / 30))
+    grid = list(range(0, horizon + step, step))
     points: list[SweepPoint] = []
     for s in settings:
         revs, too_late = _revisions(s.engine(base), batches)
+        revs = _on_frontier_clock(revs, s.watermark_delay_ms)
         if revs.empty:
             points.append(SweepPoint(s, None, math.nan, 0.0, too_late, 0))
             continue
