@@ -250,9 +250,10 @@ class JobMetrics:
         now = self._clock()
         with self._lock:
             self._open.update(open_windows)
-            self._kafka_batch = max(self._kafka_batch, batch_id)
             rows = {"revisions": revisions.num_rows, "latest": revisions.num_rows,
                     "late": late.num_rows, "dead_letter": dead.num_rows}
+            if any(rows.values()):  # a batch without output has no Kafka transaction
+                self._kafka_batch = max(self._kafka_batch, batch_id)
             for table, n in rows.items():
                 if n:
                     self._trailing[table].append((batch_id, now))

@@ -95,6 +95,8 @@ def test_a_scrape_shows_what_the_driver_told(metrics):
                                       latest={"0": 75, "1": 50}))
     metrics.observe_batch(1, revisions(["FINAL"]), late(0), dead([]), open_windows={1: 2},
                           written=True)
+    metrics.observe_batch(2, revisions([]), late(0), dead([]), open_windows={1: 2},
+                          written=False)  # no output: no Kafka transaction
     s = scrape(metrics.port)
     assert value(s, "revise_input_records_total", query_id="q") == 120  # Kafka rows only
     assert value(s, "revise_batches_total", query_id="q") == 2
