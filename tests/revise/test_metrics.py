@@ -254,3 +254,26 @@ def test_run_job_refuses_a_taken_metrics_port_before_anything_starts(tmp_path):
         with pytest.raises(ConfigError, match=f"--metrics-port {port}"):
             run_job(cfg)  # no Kafka at 127.0.0.1:1: the port is checked first
     assert not (tmp_path / "c").exists()
+
+
+def test_the_metrics_port_comes_from_the_option_or_the_environment(monkeypatch):
+    from revise.cli import build_parser
+    from revise.cli.run import job_config_from_args
+    from revise.kafka_config import KafkaSettings
+
+    base = ["run", "--bootstrap-servers", "127.0.0.1:1", "--input-topic", "in",
+            "--changelog-topic", "out", "--delta-path", "/tmp/revise-d", "--checkpoint",
+            "/tmp/revise-c", "--query-id", "q", "--window", "tumbling:1s", "--grace", "1s"]
+
+    def port(*extra: str) -> int | None:
+        args = build_parser().parse_args([*base, *extra])
+        cfg = job_config_from_args(args, KafkaSettings(None).with_bootstrap("127.0.0.1:1"))
+        return cfg.metrics_port
+
+    monkeypatch.delenv("REVISE_METRICS_PORT", raising=False)
+    assert port() is None
+    assert port("--metrics-port", "9464") == 9464
+    monkeypatch.setenv("REVISE_METRICS_PORT", "9555")
+    assert port() == 9555
+    with pytest.raises(ConfigError, match="--metrics-port must be a TCP port"):
+        port("--metrics-port", "0")
