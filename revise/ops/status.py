@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from revise.errors import ConfigError, ReviseError
+from revise.errors import ConfigError
 from revise.jobconfig import CHECKPOINT_META, STAGE_DIR, checkpoint_fingerprint
 from revise.ops.runfile import STALE_S, RunInfo, liveness, read_run_file
 from revise.spark.spark_log import batch_offsets, batch_watermark, last_entry
@@ -157,7 +157,7 @@ class JobStatus:
                  f"batch {self.kafka_batch_id} at {_when(self.kafka_committed_at_ms)}")
         delta = "; ".join(
             f"{t.table} v{t.version} batch {'-' if t.batch_id is None else t.batch_id}"
-            if t.version is not None else f"{t.table} missing" for t in self.delta)
+            if t.version is not None else f"{t.table} missing" for t in self.delta) or "unknown"
         caught = {True: "yes", False: "no", None: "unknown"}[self.latest_caught_up]
         staged = (f"{self.staged_batches} batches staged for the Delta history, the oldest "
                   f"{self.staged_age_s:.0f} s old" if self.staged_batches and
@@ -294,14 +294,14 @@ def _kafka(bootstrap: str, topic: str, info: RunInfo, query_id: str, read: Mappi
 
     try:
         ends = end_offsets(bootstrap, topic, timeout_s=timeout_s, client_config=config)
-    except (ReviseError, Exception) as exc:  # noqa: BLE001 - reported, the rest still shown
+    except Exception as exc:  # noqa: BLE001 - reported, the rest still shown
         errors.append(f"input end offsets of {topic!r} on {bootstrap}: {exc}")
         return None, None, None
     lag = {p: max(0, end - read.get(p, 0)) for p, end in sorted(ends.items())}
     try:
         marker = read_last_progress(bootstrap, info.progress_topic, query_id,
                                     timeout_s=timeout_s, client_config=config)
-    except (ReviseError, Exception) as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - reported, the lag still shown
         errors.append(f"progress topic {info.progress_topic!r}: {exc}")
         return lag, None, None
     if marker is None:
