@@ -312,9 +312,10 @@ class JobMetrics:
             yield seconds
 
     def _kafka_source(self, report: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The report's Kafka source (the other one is the control files of a bounded run)."""
         for source in report.get("sources") or []:
-            if isinstance(_offsets(source.get("endOffset")), dict) and \
-                    self.input_topic in _offsets(source.get("endOffset")):
+            end = _offsets(source.get("endOffset"))
+            if isinstance(end, dict) and self.input_topic in end:
                 return source  # type: ignore[no-any-return]
         return None
 
