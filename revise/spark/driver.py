@@ -176,7 +176,7 @@ def run_job(
         ProducerFencedError: Another instance with the same query id took over.
         JobError: The streaming query failed.
     """
-    metrics = job_metrics(cfg)  # before Spark: a taken --metrics-port ends the run at once
+    metrics = _job_metrics(cfg)  # before Spark: a taken --metrics-port ends the run at once
     if metrics is not None:
         on_progress = _progress_to(metrics, on_progress)
     try:
@@ -295,7 +295,7 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
     return result
 
 
-def job_metrics(cfg: JobConfig) -> JobMetrics | None:
+def _job_metrics(cfg: JobConfig) -> JobMetrics | None:
     """The job's metrics, served on ``cfg.metrics_port`` (None when it has none).
 
     Raises:
