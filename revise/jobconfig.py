@@ -25,7 +25,8 @@ from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
     "CHECKPOINT_META", "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "EMIT_POLICY_KEY",
-    "DEFAULT_STATE_LAYOUT", "DEFAULT_TRIGGER_MS", "STATE_LAYOUTS", "STATE_LAYOUT_KEY",
+    "DEFAULT_STATE_LAYOUT", "DEFAULT_TRIGGER_MS", "STAGE_DIR", "STATE_LAYOUTS",
+    "STATE_LAYOUT_KEY",
     "UNRECORDED_STATE_LAYOUT", "JobConfig", "checkpoint_fingerprint", "checkpoint_layout",
     "recorded_layout",
 ]
@@ -55,6 +56,8 @@ EMIT_POLICY_KEY = "emit_policy"
 otherwise, so checkpoints from before the options restart unchanged."""
 CHECKPOINT_META = "revise-job.json"
 """The file in a checkpoint holding its :meth:`JobConfig.fingerprint`."""
+STAGE_DIR = "delta-staged"
+"""The checkpoint's sub-folder where micro-batches wait for their Delta history commit."""
 
 
 def checkpoint_fingerprint(checkpoint: str) -> dict[str, object] | None:
@@ -155,6 +158,8 @@ class JobConfig:
         starting_offsets: Where a new checkpoint starts reading (``earliest``/``latest``).
         kafka: The user's Kafka client settings (SASL, TLS …) for every Kafka client of the
             job; its bootstrap address is ``bootstrap_servers``. Default: none (plaintext).
+        metrics_port: Serve the job's Prometheus metrics at ``/metrics`` on this TCP port
+            (``--metrics-port``, ``revise.ops.metrics``, docs/OPERATIONS.md); None: none.
     """
 
     bootstrap_servers: str
@@ -182,6 +187,7 @@ class JobConfig:
     progress_topic: str = "_revise_progress"
     starting_offsets: str = "earliest"
     kafka: KafkaSettings = field(default_factory=lambda: KafkaSettings(None))
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("bootstrap_servers", "input_topic", "changelog_topic", "delta_path",
@@ -228,6 +234,10 @@ class JobConfig:
             raise ConfigError(msg)
         if self.trigger_ms is not None and self.trigger_ms < 0:
             msg = f"--trigger must be >= 0ms, got {self.trigger_ms}ms"
+            raise ConfigError(msg)
+        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
+            msg = (f"--metrics-port must be a TCP port in 1-65535 (Prometheus scrapes a fixed "
+                   f"one), got {self.metrics_port}")
             raise ConfigError(msg)
         if self.starting_offsets not in ("earliest", "latest"):
             msg = f"starting offsets must be earliest or latest, got {self.starting_offsets!r}"

@@ -151,18 +151,18 @@ class DeltaTables:
         self._tables: dict[str, RustDeltaTable] = {}
         self._updates: dict[str, int] = {}
         self._merges = 0
-        self._merger = LatestMerger(lambda rows, app_id, b: self._merge_latest(rows, app_id, b),
-                                    rest_ratio=latest_rest_ratio,
+        self._merger = LatestMerger(self._merge_deferred, rest_ratio=latest_rest_ratio,
                                     min_rest_s=latest_min_rest_s)
         self._history = HistoryCompactor(self.table_path, self.storage_options)
         self._stage = stage
         self._history_lock = threading.Lock()  # the stage and its commits
         self.after_write: Callable[[str, int], None] | None = None
         """Called after each table's write with the table and the highest micro-batch the
-        write holds: 3a–3d of :meth:`write_batch` (not a deferred ``latest``), and every
-        staged commit, whether :meth:`write_batch`, :meth:`commit_due_history`,
-        :meth:`flush` or :meth:`recover_history` makes it. The job's crash tests kill the
-        process there (``during_delta``), with the other writes in any state."""
+        write holds: 3a–3d of :meth:`write_batch` (a deferred ``latest`` MERGE on the
+        merger's thread, once done), and every staged commit, whether :meth:`write_batch`,
+        :meth:`commit_due_history`, :meth:`flush` or :meth:`recover_history` makes it. The
+        job's crash tests kill the process there (``during_delta``), with the other writes in
+        any state; its metrics learn there how far each table trails the changelog."""
         self.unbatched_seconds: dict[str, float] = {}
         """Seconds per history table of the staged commits made outside :meth:`write_batch`
         (:meth:`commit_due_history`, :meth:`flush`): not in any batch's timings."""
@@ -625,6 +625,13 @@ class DeltaTables:
         took = self._idempotent(table, app_id, batch_id, write)
         if took:
             self._history.appended(table)
+        return took
+
+    def _merge_deferred(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:
+        """A MERGE of :class:`~sinks.latest_merge.LatestMerger`'s, then :attr:`after_write`."""
+        took = self._merge_latest(revisions, app_id, batch_id)
+        if self.after_write is not None:
+            self.after_write("latest", batch_id)
         return took
 
     def _merge_latest(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:

@@ -55,7 +55,7 @@ import pyarrow.ipc as ipc
 from revise.errors import ReviseError
 
 __all__ = ["DEFAULT_INTERVAL_S", "HISTORY_TABLES", "MAX_STAGED_ROWS", "HistoryStage",
-           "StagedBatch", "StageError"]
+           "StagedBatch", "StageError", "staged_on_disk"]
 
 HISTORY_TABLES: Final = ("revisions", "late", "dead_letter")
 """The append-only tables a stage holds rows for."""
@@ -199,6 +199,19 @@ class HistoryStage:
             batch_id = int(meta["batch_id"])
             self._pending[batch_id] = StagedBatch(app_id, batch_id, tables)
         return self.pending
+
+
+def staged_on_disk(directory: str | Path) -> list[tuple[int, float]]:
+    """The micro-batches staged in ``directory``, without loading them: (batch id, staged at).
+
+    ``staged at`` is the folder's modification time (epoch s); by batch id. Empty when the
+    folder does not exist. ``revise status`` reads it (another process than the job's).
+    """
+    try:
+        folders = [f for f in Path(directory).glob(f"{_PREFIX}*") if f.is_dir()]
+        return sorted((int(f.name.removeprefix(_PREFIX)), f.stat().st_mtime) for f in folders)
+    except (OSError, ValueError):  # committed (deleted) while listed: the next look sees it
+        return []
 
 
 def _write_synced(path: Path, rows: pa.Table) -> None:

@@ -1,4 +1,4 @@
-"""The command line: ``revise run | generate | compare | query | broker | spark | demo``.
+"""The command line: ``revise run | status | generate | compare | query | broker | spark | demo``.
 
 One module per subcommand (:mod:`revise.cli.run`, …), each with ``add_parser(sub)``
 registering its options and handler; :mod:`revise.cli.args` holds what they share. Every
@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from revise.cli import broker, compare, demo, generate, query, run, spark
+from revise.cli import broker, compare, demo, generate, query, run, spark, status
 from revise.cli.args import EnvDefaults
 from revise.cli.kafka import redact_text
 from revise.errors import ConfigError, InfraError, ReviseError, SetupError
@@ -27,7 +27,7 @@ __all__ = ["SUBCOMMANDS", "build_parser", "exit_code", "main"]
 
 Handler = Callable[[argparse.Namespace], int]
 
-SUBCOMMANDS = (run, generate, compare, query, broker, spark, demo)
+SUBCOMMANDS = (run, status, generate, compare, query, broker, spark, demo)
 """The subcommand modules, in ``--help`` order; each registers itself with ``add_parser``."""
 
 

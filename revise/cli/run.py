@@ -96,6 +96,9 @@ def add_parser(sub: Any) -> None:
                    help="plain at-least-once producer instead of exactly-once (benchmarks)")
     p.add_argument("--master", help="Spark master (default local[*]; spark-submit's wins)")
     p.add_argument("--timeout", type=duration_type("--timeout"), help="give up after this long")
+    p.add_argument("--metrics-port", type=int,
+                   help="serve the job's Prometheus metrics at http://HOST:PORT/metrics while "
+                        "it runs (docs/OPERATIONS.md); a taken port is an error")
     p.set_defaults(handler=cmd_run)
 
 
@@ -135,6 +138,7 @@ def job_config_from_args(args: argparse.Namespace,
         delta_commit_interval_ms=delta_interval,
         delta_log_retention_ms=maybe_duration(args.delta_log_retention, "--delta-log-retention"),
         overlap_commit=bool(args.overlap_commit),
+        metrics_port=maybe_int(args.metrics_port, "--metrics-port"),
     )
 
 

@@ -38,11 +38,15 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["CRASH_POINTS", "RECENT_PROGRESS", "BatchCommitter", "CrashHook", "JobResult",
-           "crash_hook_from_env"]
+           "OutputHook", "crash_hook_from_env"]
 
 log = logging.getLogger("revise.job")
 
 CrashHook = Callable[[str, int], None]
+OutputHook = Callable[[int, BatchTables, bool], None]
+"""``hook(batch_id, output, written)``: a micro-batch's output once Kafka has it (or, when it
+is empty, once collected); ``written`` is False for a replay whose transaction was found
+committed, and for an empty batch."""
 
 CRASH_POINTS: Final = ("before_kafka", "before_kafka_commit", "after_kafka", "during_delta",
                        "after_delta", "before_latest", "after_record")
@@ -168,6 +172,8 @@ class BatchCommitter:
         self._pending: Future[None] | None = None
         self.sinks_lock = threading.Lock()
         """Held while steps 2-3 write; the driver's staged Delta commits between batches too."""
+        self.on_output: OutputHook | None = None
+        """Told each batch's output after step 2, before step 3 (the job's metrics)."""
         self.returned = threading.Event()
         """Set each time a call returns (or raises): Spark records the batch next, and the
         driver's watch loop wakes to see it (:class:`revise.spark.watch.JobDriver`)."""
@@ -294,6 +300,7 @@ class BatchCommitter:
         if out.empty:
             self._account(batch_id, out, None, t0, 0.0)
             self._steps(batch_id, collect_s, 0.0, 0.0)
+            self._tell(batch_id, out, written=False)
             return
         self._crash("before_kafka", batch_id)
         # 2. Kafka: one transaction, skipped when this batch is already committed
@@ -306,6 +313,7 @@ class BatchCommitter:
             revisions = _stamp(revisions, committed.emitted_at_ms)
         kafka_s = time.monotonic() - tk
         self._crash("after_kafka", batch_id)
+        self._tell(batch_id, out, written=not committed.skipped)
         # 3. Delta: idempotent per (query_id, batch_id)
         td = time.monotonic()
         self.tables.write_batch(
@@ -318,6 +326,10 @@ class BatchCommitter:
         self._crash("after_delta", batch_id)
         self._account(batch_id, out, committed.skipped, t0, kafka_s)
         self._steps(batch_id, collect_s, kafka_s, delta_s)
+
+    def _tell(self, batch_id: int, out: BatchTables, *, written: bool) -> None:
+        if self.on_output is not None:
+            self.on_output(batch_id, out, written)
 
     def after_delta_write(self, table: str, batch_id: int) -> None:
         """The ``during_delta`` crash point: after a write to ``revisions`` (step 3a).

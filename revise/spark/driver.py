@@ -33,21 +33,25 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from revise import allocator_for_run
 from revise.errors import ConfigError
 from revise.jobconfig import (
     CHECKPOINT_META,
     EMIT_POLICY_KEY,
+    STAGE_DIR,
     JobConfig,
     checkpoint_fingerprint,
     recorded_layout,
 )
+from revise.ops.metrics import JobMetrics
+from revise.ops.runfile import RunFile, RunInfo
 from revise.spark.advice import retention_note
 from revise.spark.close_all import BoundedEnd
 from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
 from revise.spark.failures import JobError, commit_failure
+from revise.spark.output import BatchTables
 from revise.spark.rewind import rewind_unfinished
 from revise.spark.session import long_run_conf, spark_session, sql_setting
 from revise.spark.spark_log import batch_offsets, last_entry
@@ -144,7 +148,6 @@ def shuffle_partitions(spark: SparkSession, cfg: JobConfig) -> int:
     return max(1, cap)
 
 
-# Longer than ~60 lines: a long docstring, then the wiring of the query in one sequence.
 def run_job(
     cfg: JobConfig,
     *,
@@ -176,6 +179,24 @@ def run_job(
         ProducerFencedError: Another instance with the same query id took over.
         JobError: The streaming query failed.
     """
+    metrics = _job_metrics(cfg)  # before Spark: a taken --metrics-port ends the run at once
+    if metrics is not None:
+        on_progress = _progress_to(metrics, on_progress)
+    try:
+        return _run_job(cfg, spark=spark, master=master, stop_event=stop_event,
+                        on_progress=on_progress, crash_hook=crash_hook, timeout_s=timeout_s,
+                        metrics=metrics)
+    finally:
+        if metrics is not None:
+            metrics.stop()
+
+
+# Longer than ~60 lines: the wiring of the query in one sequence.
+def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
+             stop_event: threading.Event | None, on_progress: ProgressCallback | None,
+             crash_hook: CrashHook | None, timeout_s: float | None,
+             metrics: JobMetrics | None) -> JobResult:
+    """:func:`run_job`, with its metrics (None: no ``--metrics-port``)."""
     t_start = time.monotonic()
     # delta-rs's allocator: a bounded run keeps freed pages a second, an unbounded one returns
     # them at once (flat memory for days); set before the Delta tables load delta-rs.
@@ -221,6 +242,8 @@ def run_job(
     committer = BatchCommitter(cfg, changelog, tables, result,
                                crash_hook or crash_hook_from_env(), bounded=bounded)
     tables.after_write = committer.after_delta_write
+    if metrics is not None:
+        _feed_metrics(metrics, committer, tables)
     # A bounded run never needs a micro-batch without input: every one after the input's end
     # reads a close-all command (revise.spark.close_all), and the one that closes is its last.
     # Without this, Spark would start one more as soon as that one moved the watermark, and the
@@ -238,6 +261,7 @@ def run_job(
         )
     driver = JobDriver(query, cfg, committer, bounded=bounded, stop_event=stop_event,
                        on_progress=on_progress, timeout_s=timeout_s, started=t_start)
+    run_file = _run_file(cfg)  # revise status: where the job writes, and that it runs
     ran = False
     try:
         driver.run()
@@ -259,7 +283,10 @@ def run_job(
         # The staged history appends and the last batch's MERGE into latest (step 3d runs in
         # the background). When the run failed, its error is the one raised; the next start
         # writes the staged batches and redoes the MERGE.
-        latest_s = tables.flush(raise_error=ran)
+        try:
+            latest_s = tables.flush(raise_error=ran)
+        finally:
+            run_file.stop()
     per_table = result.delta_table_seconds
     per_table["latest"] = per_table.get("latest", 0.0) + latest_s
     for name, seconds in tables.unbatched_seconds.items():  # staged commits between batches
@@ -269,6 +296,58 @@ def run_job(
         raise committer.error
     result.seconds = time.monotonic() - t_start
     return result
+
+
+def _job_metrics(cfg: JobConfig) -> JobMetrics | None:
+    """The job's metrics, served on ``cfg.metrics_port`` (None when it has none).
+
+    Raises:
+        ConfigError: The port is taken.
+    """
+    if cfg.metrics_port is None:
+        return None
+    e = cfg.engine
+    return JobMetrics(cfg.query_id, cfg.input_topic, port=cfg.metrics_port,
+                      labels={"mode": e.mode, "window": str(e.window)}).start()
+
+
+def _progress_to(metrics: JobMetrics,
+                 on_progress: ProgressCallback | None) -> ProgressCallback:
+    """Each progress report to the metrics, then to ``on_progress``."""
+
+    def report(progress: dict[str, Any]) -> None:
+        metrics.observe_progress(progress)
+        if on_progress is not None:
+            on_progress(progress)
+
+    return report
+
+
+def _feed_metrics(metrics: JobMetrics, committer: BatchCommitter, tables: DeltaTables) -> None:
+    """Tell the metrics each batch's output (after Kafka) and each Delta write."""
+    crash_point = tables.after_write
+
+    def written(table: str, batch_id: int) -> None:
+        if crash_point is not None:
+            crash_point(table, batch_id)
+        metrics.delta_written(table, batch_id)
+
+    def output(batch_id: int, out: BatchTables, kafka: bool) -> None:
+        metrics.observe_batch(batch_id, out.revisions, out.late, out.dead,
+                              open_windows=out.open_windows, written=kafka)
+
+    tables.after_write = written
+    committer.on_output = output
+
+
+def _run_file(cfg: JobConfig) -> RunFile:
+    """The job's run file in its checkpoint (:mod:`revise.ops.runfile`), written and beating."""
+    return RunFile(cfg.checkpoint, RunInfo(
+        query_id=cfg.query_id, state="running", pid=0, host="", started_ms=0, heartbeat_ms=0,
+        bootstrap_servers=cfg.bootstrap_servers, input_topic=cfg.input_topic,
+        changelog_topic=cfg.changelog_topic, progress_topic=cfg.progress_topic,
+        delta_path=cfg.delta_path, metrics_port=cfg.metrics_port, once=cfg.once,
+    )).start()
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,9 +410,6 @@ def _changelog(cfg: JobConfig) -> TransactionalChangelog:
         revision_schema=cfg.revision_schema,
     ))
 
-
-STAGE_DIR = "delta-staged"
-"""The checkpoint's sub-folder where micro-batches wait for their Delta history commit."""
 
 
 def _history_stage(cfg: JobConfig) -> HistoryStage:

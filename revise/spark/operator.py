@@ -134,7 +134,7 @@ def make_state_fn(
         step, dead = _read_step(pdfs, topic, fields, int(state.getCurrentWatermarkMs()),
                                 int(state.getCurrentProcessingTimeMs()))
         engine = Engine.build(engine_cfg, state.get[0] if state.exists else None)
-        chunks = _apply(engine, step, dead, schema)
+        chunks = _apply(engine, step, dead, schema, int(key[0]))
         due = engine.next_close_ms
         if due is not None:
             state.update((engine.snapshot(),))
@@ -215,7 +215,7 @@ class ShardProcessor(_StatefulProcessor):
                                 int(timer_values.getCurrentProcessingTimeInMs()))
         meta = Meta.of(self._meta.get())
         engine = self._engine(shard, meta)
-        chunks = _apply(engine, step, dead, self._schema)
+        chunks = _apply(engine, step, dead, self._schema, shard)
         self._store(shard, meta, engine, step, fired_timer_ms)
         return chunks
 
@@ -289,11 +289,15 @@ def _read_step(frames: Iterable[pd.DataFrame], topic: str, fields: InputColumns,
 
 
 def _apply(engine: Engine, step: Step, dead: list[pa.Table],
-           revision_schema: pa.Schema) -> pd.DataFrame | None:
-    """Apply ``step`` to ``engine``; its revisions, too-late records and ``dead`` as output rows."""
+           revision_schema: pa.Schema, shard: int) -> pd.DataFrame | None:
+    """Apply ``step`` to ``engine``; its revisions, too-late records and ``dead`` as output rows.
+
+    With them, the shard's open windows after the step (the job's metrics).
+    """
     (revisions, *closing), late = apply_step(engine, step)
     return encode_output(revisions=[revisions.to_arrow()], closing=[r.to_arrow() for r in closing],
-                         late=[late.to_arrow()], dead=dead, revision_schema=revision_schema)
+                         late=[late.to_arrow()], dead=dead, revision_schema=revision_schema,
+                         open_windows=(shard, engine.open_windows))
 
 
 def _batch_id() -> int:

@@ -12,7 +12,7 @@ on the driver :func:`decode_output` turns the collected rows back into one typed
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHUNK_ROWS",
     "KIND_SCHEMAS",
+    "OPEN_KIND",
     "OUTPUT_IPC",
     "BatchTables",
     "decode_output",
@@ -63,6 +64,9 @@ def output_type() -> StructType:
             .add("payload", BinaryType()))
 
 
+OPEN_KIND: Final = "open"
+"""The kind of the row in which a shard reports its open windows (no Arrow payload)."""
+
 CHUNK_ROWS = 250_000
 """Rows per IPC chunk (~120 MB of revisions at most): far below Spark's 2 GB value limit."""
 
@@ -85,11 +89,14 @@ class BatchTables:
             in revision order.
         late: Too-late records (:data:`~revise.records.LATE_SCHEMA`).
         dead: Dead letters (:data:`~revise.records.DEAD_LETTER_SCHEMA`).
+        open_windows: Open windows after the batch, per shard the batch called (the job's
+            ``revise_open_windows`` metric, ``revise.ops.metrics``).
     """
 
     revisions: pa.Table
     late: pa.Table
     dead: pa.Table
+    open_windows: dict[int, int] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -99,15 +106,21 @@ class BatchTables:
 
 def encode_output(*, revisions: Sequence[pa.Table], late: Sequence[pa.Table],
                   dead: Sequence[pa.Table], closing: Sequence[pa.Table] = (),
-                  revision_schema: pa.Schema = REVISION_SCHEMA) -> pd.DataFrame | None:
+                  revision_schema: pa.Schema = REVISION_SCHEMA,
+                  open_windows: tuple[int, int] | None = None) -> pd.DataFrame | None:
     """A shard's output tables → the operator's rows (None when all are empty).
 
     One row per kind and chunk of at most :data:`CHUNK_ROWS` rows: ``kind``, ``rows``,
     ``payload`` (an Arrow IPC stream with the kind's schema; revisions and a close-all's
-    ``closing`` FINALs in ``revision_schema``). :func:`decode_output` is the inverse.
+    ``closing`` FINALs in ``revision_schema``). ``open_windows`` ``(shard, count)`` adds a row
+    of kind :data:`OPEN_KIND` (``rows`` = the count, ``payload`` = the shard's number as
+    text). :func:`decode_output` is the inverse.
     """
     schemas = kind_schemas(revision_schema)
     chunks: list[tuple[str, int, bytes]] = []
+    if open_windows is not None:
+        shard, count = open_windows
+        chunks.append((OPEN_KIND, count, str(shard).encode()))
     for kind, tables in (("revision", revisions), ("closing", closing), ("late", late),
                          ("dead", dead)):
         if not any(t.num_rows for t in tables):
@@ -155,7 +168,11 @@ def decode_output(collected: pa.Table,
     parts: dict[str, list[pa.Table]] = {k: [] for k in schemas}
     kinds = collected.column("kind").to_pylist()
     payloads = collected.column("payload")
+    open_windows: dict[int, int] = {}
     for i, kind in enumerate(kinds):
+        if kind == OPEN_KIND:
+            open_windows[int(payloads[i].as_py())] = int(collected.column("rows")[i].as_py())
+            continue
         parts[kind].append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
     tables = {
         k: pa.concat_tables(v) if v else schemas[k].empty_table() for k, v in parts.items()
@@ -169,4 +186,4 @@ def decode_output(collected: pa.Table,
         closing = closing.set_column(closing.schema.get_field_index("watermark_ms"),
                                      closing.schema.field("watermark_ms"), last)
         revisions = pa.concat_tables([revisions, closing])
-    return BatchTables(revisions, tables["late"], tables["dead"])
+    return BatchTables(revisions, tables["late"], tables["dead"], open_windows)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["batch_offsets", "last_entry"]
+__all__ = ["batch_offsets", "batch_watermark", "last_entry"]
 
 
 def last_entry(checkpoint: str, log: str) -> int:
@@ -50,3 +50,16 @@ def batch_offsets(checkpoint: str, batch_id: int,
             if isinstance(kafka, dict) and isinstance(kafka.get(topic), dict) else None)
     logged = int(control["logOffset"]) if isinstance(control, dict) else -1
     return read, logged
+
+
+def batch_watermark(checkpoint: str, batch_id: int) -> int | None:
+    """The watermark (epoch ms) Spark's offset log records for micro-batch ``batch_id``.
+
+    The one in force during that batch (its second line's ``batchWatermarkMs``); None when
+    the entry cannot be read.
+    """
+    path = Path(checkpoint) / "spark" / "offsets" / str(batch_id)
+    try:
+        return int(json.loads(path.read_text().splitlines()[1])["batchWatermarkMs"])
+    except (OSError, IndexError, KeyError, TypeError, ValueError):
+        return None

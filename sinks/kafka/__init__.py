@@ -37,7 +37,7 @@ from sinks.kafka.errors import (
 )
 from sinks.kafka.logs import client_logging
 from sinks.kafka.reader import read_committed
-from sinks.kafka.writer import TransactionalChangelog
+from sinks.kafka.writer import TransactionalChangelog, read_last_progress
 
 __all__ = [
     "DEFAULT_PRODUCER_CONFIG",
@@ -63,5 +63,6 @@ __all__ = [
     "ensure_compacted_topic",
     "ensure_topics",
     "read_committed",
+    "read_last_progress",
     "revision_key",
 ]

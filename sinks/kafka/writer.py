@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Final
@@ -59,7 +59,7 @@ from sinks.kafka.errors import (
 from sinks.kafka.logs import client_logging
 from sinks.kafka.reader import by_partition_offset, read_committed
 
-__all__ = ["TransactionalChangelog"]
+__all__ = ["TransactionalChangelog", "read_last_progress"]
 
 _COMMIT_TIMEOUT_S: Final = 60.0
 # --------------------------------------------------------------------------------------------
@@ -340,19 +340,30 @@ class TransactionalChangelog:
                                timeout_s=timeout_s, client_config=self.config.admin_config)
 
     def _read_last_committed(self, timeout_s: float) -> Progress | None:
-        key = self.config.query_id.encode()
-        last: Progress | None = None
-        for m in by_partition_offset(
-            read_committed(
-                self.config.bootstrap_servers, self.config.progress_topic, timeout_s=timeout_s,
-                client_config=self.config.consumer_config,
-            )
-        ):
-            value = m.value()
-            if m.key() == key and value is not None:
-                # The last marker in log order is the truth (batch ids only grow per query).
-                last = Progress.from_json(value)
-        return last
+        cfg = self.config
+        return read_last_progress(cfg.bootstrap_servers, cfg.progress_topic, cfg.query_id,
+                                  timeout_s=timeout_s, client_config=cfg.consumer_config)
+
+
+def read_last_progress(bootstrap_servers: str, progress_topic: str, query_id: str, *,
+                       timeout_s: float = 30.0,
+                       client_config: Mapping[str, Any] | None = None) -> Progress | None:
+    """The last progress marker ``query_id`` committed to ``progress_topic`` (None: none).
+
+    Read as ``read_committed``: the marker of the last micro-batch whose transaction committed.
+
+    Raises:
+        ChangelogError: the topic cannot be read.
+    """
+    key = query_id.encode()
+    last: Progress | None = None
+    for m in by_partition_offset(read_committed(bootstrap_servers, progress_topic,
+                                                timeout_s=timeout_s, client_config=client_config)):
+        value = m.value()
+        if m.key() == key and value is not None:
+            # The last marker in log order is the truth (batch ids only grow per query).
+            last = Progress.from_json(value)
+    return last
 
 
 _ENCODE_CHUNK_ROWS: Final = 50_000

@@ -101,3 +101,19 @@ def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
     (rev,) = back.revisions.to_pylist()
     assert back.revisions.schema == schema and back.dead.num_rows == 1
     assert (rev["count"], rev["max_a_b"], rev["distinct_u"]) == (2, 4.0, 2)
+
+
+def test_a_shards_open_windows_ride_with_its_output_and_decode_per_shard():
+    from revise.spark import output
+
+    late = _late(2)
+    a = output.encode_output(revisions=[], late=[late], dead=[], open_windows=(3, 41))
+    b = output.encode_output(revisions=[], late=[], dead=[], open_windows=(5, 0))
+    assert a is not None and b is not None  # a shard with nothing else still reports its count
+    assert b["kind"].tolist() == [output.OPEN_KIND]
+    collected = pa.Table.from_pandas(__import__("pandas").concat([a, b]), preserve_index=False)
+    out = output.decode_output(collected)
+    assert out.open_windows == {3: 41, 5: 0}
+    assert out.late.equals(late) and out.revisions.num_rows == 0
+    only_count = output.decode_output(pa.Table.from_pandas(b, preserve_index=False))
+    assert only_count.empty and only_count.open_windows == {5: 0}  # no output to commit
