@@ -139,13 +139,13 @@ class Comparison:
             add("both", "grace_what_if", f"too_late_at_grace_x{g.factor:g}", g.too_late)
             add("both", "grace_what_if", f"finals_changed_at_grace_x{g.factor:g}",
                 g.finals_changed)
-        for p in self.sweep:
-            for metric, value in (("first_latency_p50_ms", p.first_latency_p50_ms),
-                                  ("revisions_per_window", p.revisions_per_window),
-                                  ("accuracy", p.accuracy), ("too_late", p.too_late),
-                                  ("on_frontier", float(p.on_frontier)),
-                                  ("recommended", float(p == self.recommended))):
-                add(p.setting.mode, "sweep", f"{p.setting.label}: {metric}", value)
+        for point in self.sweep:
+            for metric, value in (("first_latency_p50_ms", point.first_latency_p50_ms),
+                                  ("revisions_per_window", point.revisions_per_window),
+                                  ("accuracy", point.accuracy), ("too_late", point.too_late),
+                                  ("on_frontier", float(point.on_frontier)),
+                                  ("recommended", float(point == self.recommended))):
+                add(point.setting.mode, "sweep", f"{point.setting.label}: {metric}", value)
         frame = pd.DataFrame(rows, columns=["mode", "section", "metric", "value"])
         frame.insert(0, "run_id", self.run_id)
         frame.insert(1, "created_at_ms", int(time.time() * 1000))
