@@ -30,6 +30,7 @@ from revise.engine.aggplan import (
 from revise.engine.batch import IntArray
 from revise.errors import StateSchemaMismatch
 from windows import AggregateSet, State, segment_starts
+from windows.completeness import HISTOGRAM_TAG, DelayHistogram
 from windows.sketches import EncodedSketch
 
 __all__ = [
@@ -45,13 +46,14 @@ __all__ = [
     "unique_sorted",
 ]
 
-SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMAT = 3
 """Version of the snapshot layout; bumped on any incompatible change.
 
-2 added the sketch columns of ``FN(FIELD)`` aggregates; a format-1 snapshot (the legacy
-aggregates, same columns) is still read, under the same fingerprint check."""
+2 added the sketch columns of ``FN(FIELD)`` aggregates; 3 the arrival-delay histogram the
+revisions' ``completeness`` is learned from. A format-1 or -2 snapshot (same columns) is still
+read, under the same fingerprint check, as having learned no delays yet."""
 
-_READABLE_FORMATS = ("1", str(SNAPSHOT_FORMAT))
+_READABLE_FORMATS = ("1", "2", str(SNAPSHOT_FORMAT))
 
 _ZSTD_IPC = pa.ipc.IpcWriteOptions(compression="zstd")
 _PLAIN_IPC = pa.ipc.IpcWriteOptions()
@@ -293,6 +295,7 @@ class Snapshot:
         watermark_ms: The largest watermark the engine was given (ms).
         max_ts_ms: Max accepted event time so far (ms; -1: none).
         sealed_ms: Windows starting at or before this were closed by close_all (ms).
+        delays: Arrival delays learned so far (``completeness``).
     """
 
     keys: KeyTable
@@ -300,6 +303,7 @@ class Snapshot:
     watermark_ms: int
     max_ts_ms: int
     sealed_ms: int
+    delays: DelayHistogram = field(default_factory=DelayHistogram)
 
 
 def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) -> bytes:
@@ -310,7 +314,9 @@ def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) 
     ``end``, ``rev``, ``n_late``, ``max_late`` (int64) and one column per aggregate state column
     (``count`` int64, ``sum``/``min``/``max`` float64, …); schema metadata ``revise.format``
     (:data:`SNAPSHOT_FORMAT`), ``revise.fingerprint``, ``revise.config`` (JSON, ``config``),
-    ``revise.watermark_ms``, ``revise.max_ts_ms`` and ``revise.sealed_ms``. Each sketch
+    ``revise.watermark_ms``, ``revise.max_ts_ms``, ``revise.sealed_ms``, and the delay
+    histogram: ``revise.delays`` (JSON ``[[bin, count], …]`` of its non-empty bins) under
+    ``revise.delays.tag`` (:data:`~windows.completeness.HISTOGRAM_TAG`). Each sketch
     ``NAME`` (``q:FIELD``, ``d:FIELD``) adds ``sk_NAME_slots`` (large_list<int64>) and
     ``sk_NAME_values`` (large_list<int64>, uint8 for distinct), one list per window, and its
     version tag in ``revise.sketch.NAME``.
@@ -344,6 +350,8 @@ def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) 
         "revise.watermark_ms": str(snap.watermark_ms),
         "revise.max_ts_ms": str(snap.max_ts_ms),
         "revise.sealed_ms": str(snap.sealed_ms),
+        "revise.delays": json.dumps(snap.delays.sparse(), separators=(",", ":")),
+        "revise.delays.tag": HISTOGRAM_TAG,
     }
     rb = pa.RecordBatch.from_arrays(arrays, names=names)
     rb = rb.replace_schema_metadata(meta)
@@ -384,7 +392,7 @@ def decode_snapshot(snapshot: bytes, config: dict[str, Any], aggs: AggregateSet)
         raise StateSchemaMismatch(msg)
     snap = Snapshot(KeyTable(), WindowTable.empty(aggs), int(meta["revise.watermark_ms"]),
                     int(meta.get("revise.max_ts_ms", "-1")),
-                    int(meta.get("revise.sealed_ms", str(NO_SEAL))))
+                    int(meta.get("revise.sealed_ms", str(NO_SEAL))), _decode_delays(meta))
     if table.num_rows == 0:
         return snap
     table = table.combine_chunks()
@@ -402,6 +410,28 @@ def decode_snapshot(snapshot: bytes, config: dict[str, Any], aggs: AggregateSet)
                              i64("end"), cols, i64("rev"), i64("n_late"), i64("max_late"),
                              sketches)
     return snap
+
+
+def _decode_delays(meta: dict[str, str]) -> DelayHistogram:
+    """The delay histogram of a snapshot (empty for formats 1 and 2, which had none).
+
+    Raises:
+        StateSchemaMismatch: It was written with another bin layout, or is corrupt.
+    """
+    if meta.get("revise.format") in ("1", "2"):
+        return DelayHistogram()
+    tag = meta.get("revise.delays.tag")
+    if tag != HISTOGRAM_TAG:
+        msg = (f"engine snapshot's delay histogram has tag {tag!r}, this engine reads "
+               f"{HISTOGRAM_TAG!r}; restart with a new checkpoint (or the revise version that "
+               "wrote it)")
+        raise StateSchemaMismatch(msg)
+    try:
+        return DelayHistogram.from_sparse(json.loads(meta["revise.delays"]))
+    except (KeyError, ValueError, TypeError) as e:
+        msg = (f"engine snapshot's delay histogram cannot be read ({e}); restart with a new "
+               "checkpoint (or the revise version that wrote it)")
+        raise StateSchemaMismatch(msg) from e
 
 
 def _decode_sketches(table: pa.Table, meta: dict[str, str], aggs: AggPlan) -> Sketches:
