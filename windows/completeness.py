@@ -246,9 +246,10 @@ def fixed_completeness(hist: DelayHistogram, start_ms: IntArray, end_ms: IntArra
     cdf = _Cdf(hist.cdf_weights(full, advance_ms))
     m = np.minimum(float(now_ms), (end_ms + reach).astype(np.float64))
     num = cdf.integral(m - start_ms) - cdf.integral(m - end_ms)
-    den = cdf.integral((size + reach).astype(np.float64)) - cdf.integral(np.full(len(m), reach,
-                                                                                 dtype=float))
-    return _ratio(num, den)
+    sizes, at = np.unique(size, return_inverse=True)  # one size for tumbling and hopping
+    den = cdf.integral((sizes + reach).astype(np.float64)) - cdf.integral(
+        np.full(len(sizes), reach, dtype=np.float64))
+    return _ratio(num, den[at.reshape(-1)])
 
 
 def session_completeness(hist: DelayHistogram, start_ms: IntArray, end_ms: IntArray,
