@@ -71,8 +71,9 @@ Session timeline (gap 10s, grace 0; ``rev`` numbers per bounds)::
 The package, by concern: :mod:`~revise.engine.batch` (the input batch, its checks, the
 step context and too-late records), :mod:`~revise.engine.state` (key table, open-window table,
 snapshot), :mod:`~revise.engine.fixed` (tumbling/hopping), :mod:`~revise.engine.sessions`,
-:mod:`~revise.engine.emitter` (typed parts → one sorted RevisionBatch) and
-:mod:`~revise.engine.core` (the :class:`Engine` that ties them together).
+:mod:`~revise.engine.emitter` (typed parts → one sorted RevisionBatch),
+:mod:`~revise.engine.completeness` (each revision's ``completeness``, learned from arrival
+delays) and :mod:`~revise.engine.core` (the :class:`Engine` that ties them together).
 """
 
 from __future__ import annotations

@@ -114,7 +114,9 @@ def process_fixed(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
                    for n, t in old_sk.items()}
         emit_rows(out, table, rows, prev=prev, prev_sketches=prev_sk, has_prev=found,
                   w=step.watermark_ms)
-    return table, late, np.unique(pairs.rec)
+    accepted = np.zeros(len(batch), dtype=bool)
+    accepted[pairs.rec] = True  # hopping: a record accepted in several windows counts once
+    return table, late, np.flatnonzero(accepted)
 
 
 def _accepted_pairs(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
