@@ -19,12 +19,14 @@ import pyarrow as pa
 
 from revise.records import (
     AGG_FIELDS,
+    ESTIMATE_FIELDS,
     LATE_SCHEMA,
     PREV_FIELDS,
     REVISION_SCHEMA,
     LateRecord,
     RecordError,
     Revision,
+    estimated_columns,
     with_aggregate_fields,
 )
 from revise.vocab import Mode
@@ -51,7 +53,9 @@ class RevisionBatch:
     length: ``key`` object (str); ``timing`` object (``EARLY``/``LATE``/``FINAL``);
     ``is_final``, ``retracted``, ``has_prev`` bool; ``count``, ``prev_count`` and every ``*_ms``,
     ``revision``, ``n_late``, ``batch_id`` int64; ``sum``/``min``/``max``/``mean`` and their
-    ``prev_*`` float64. Nulls follow the module's convention (``aggs`` and ``has_prev``).
+    ``prev_*`` float64; ``completeness`` float64 in [0, 1]. Nulls follow the module's
+    convention (``aggs`` and ``has_prev``). The ``est_*`` columns are not stored: they are the
+    additive aggregates divided by ``completeness`` (:meth:`estimate`), null where it is 0.
     """
 
     query_id: str
@@ -80,6 +84,7 @@ class RevisionBatch:
     watermark_ms: npt.NDArray[np.int64]
     batch_id: npt.NDArray[np.int64]
     emitted_at_ms: npt.NDArray[np.int64]
+    completeness: npt.NDArray[np.float64]
     extra: Mapping[str, npt.NDArray[Any]] = dc_field(default_factory=dict)
     """Columns of an :class:`AggList` beyond ``count`` (``FN_FIELD`` and ``prev_FN_FIELD``);
     empty in the legacy form. ``prev_`` ones hold a placeholder where ``has_prev`` is False."""
@@ -87,7 +92,7 @@ class RevisionBatch:
     ARRAY_FIELDS: ClassVar[tuple[str, ...]] = (
         "key", "window_start_ms", "window_end_ms", "revision", "timing", "is_final", "retracted",
         *AGG_FIELDS, "has_prev", *PREV_FIELDS, "n_late", "max_lateness_ms", "watermark_ms",
-        "batch_id", "emitted_at_ms",
+        "batch_id", "emitted_at_ms", "completeness",
     )
 
     def __len__(self) -> int:
@@ -102,7 +107,22 @@ class RevisionBatch:
             if name[5:] not in self.aggs:
                 return np.zeros(n, dtype=bool)
             return self.has_prev.copy()
+        if name.startswith("est_"):
+            return self.estimate(name[4:])[1]
         return np.ones(n, dtype=bool)
+
+    def estimate(self, column: str) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+        """``est_<column>``: the additive aggregate ``column`` / ``completeness``, and its mask.
+
+        Null (mask False) where ``column`` is null or ``completeness`` is 0. On a FINAL
+        (``completeness`` exactly 1.0) it equals the aggregate.
+        """
+        src = self.extra[column] if column in self.extra else getattr(self, column)
+        valid = self.valid(column) & (self.completeness > 0)
+        out = np.full(len(self), np.nan)
+        with np.errstate(over="ignore"):  # a huge sum over a small share: inf (JSON null)
+            out[valid] = src[valid] / self.completeness[valid]
+        return out, valid
 
     def take(self, index: npt.NDArray[np.intp]) -> RevisionBatch:
         """Rows ``index`` (any integer or bool index) as a new batch."""
@@ -121,7 +141,7 @@ class RevisionBatch:
             elif f in ("is_final", "retracted", "has_prev"):
                 cols[f] = np.empty(0, dtype=bool)
             elif f in ("sum", "min", "max", "mean", "prev_sum", "prev_min", "prev_max",
-                       "prev_mean"):
+                       "prev_mean", "completeness"):
                 cols[f] = np.empty(0, dtype=_FLOAT)
             else:
                 cols[f] = np.empty(0, dtype=_INT)
@@ -154,7 +174,7 @@ class RevisionBatch:
                   else pa.float64()) for c in self.aggs]
         aggs = [pa.field(c, t, nullable=True) for c, t in types]
         prevs = [pa.field(f"prev_{c}", t, nullable=True) for c, t in types]
-        return with_aggregate_fields([*aggs, *prevs])
+        return with_aggregate_fields([*aggs, *prevs], estimated_columns(self.aggs))
 
     def to_arrow(self) -> pa.Table:
         """An Arrow table with :meth:`schema` (nulls per the module's convention)."""
@@ -166,6 +186,10 @@ class RevisionBatch:
             if name in ("query_id", "mode"):
                 # One value repeated: no Python object per row (a third of the call's time).
                 arrays.append(pa.repeat(pa.scalar(getattr(self, name), field.type), n))
+                continue
+            if name.startswith("est_"):
+                est, valid = self.estimate(name[4:])
+                arrays.append(pa.array(est, type=field.type, mask=~valid))
                 continue
             col = self.extra[name] if name in self.extra else getattr(self, name)
             if name in AGG_FIELDS or name in PREV_FIELDS or name in self.extra:
@@ -187,6 +211,10 @@ class RevisionBatch:
                 valid = self.valid(f).tolist()
                 vals = [v if ok else None for v, ok in zip(vals, valid, strict=True)]
             cols[f] = vals
+        for e in ESTIMATE_FIELDS:
+            est, valid = self.estimate(e[4:])
+            cols[e] = [v if ok else None for v, ok in zip(est.tolist(), valid.tolist(),
+                                                          strict=True)]
         names = [f.name for f in fields(Revision)]
         for i in range(n):
             args: list[Any] = [self.query_id if nm == "query_id" else self.mode if nm == "mode"
@@ -221,6 +249,8 @@ class RevisionBatch:
             elif f in AGG_FIELDS or f in PREV_FIELDS:
                 cols[f] = np.array([np.nan if getattr(r, f) is None else getattr(r, f)
                                     for r in records], dtype=_FLOAT)
+            elif f == "completeness":
+                cols[f] = np.array([r.completeness for r in records], dtype=_FLOAT)
             else:
                 cols[f] = np.array([getattr(r, f) for r in records], dtype=_INT)
         return RevisionBatch(first.query_id, first.mode, tuple(aggs), **cols)

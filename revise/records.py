@@ -10,7 +10,9 @@ Null convention of :class:`RevisionBatch` (no NaN tricks, a NaN sum is a real va
     * an aggregate column (``count`` … ``mean``) is null in every row when its name is not in
       ``batch.aggs`` (the requested aggregates);
     * a ``prev_*`` column is null where ``has_prev`` is False (revision 0, watermark mode) or
-      when its aggregate is not requested.
+      when its aggregate is not requested;
+    * an ``est_*`` column (derived, not stored: aggregate / ``completeness``) is null where its
+      aggregate is null or ``completeness`` is 0.
     The arrays hold a placeholder there (0 for ``count``, NaN for doubles); use
     :meth:`RevisionBatch.valid` to get a column's mask.
 
@@ -34,9 +36,11 @@ from windows.aggregates import REGISTRY
 __all__ = [
     "AGG_FIELDS",
     "DEAD_LETTER_SCHEMA",
+    "ESTIMATE_FIELDS",
     "LATE_SCHEMA",
     "PREV_FIELDS",
     "REVISION_SCHEMA",
+    "estimated_columns",
     "revision_schema",
     "with_aggregate_fields",
     "TIMINGS",
@@ -49,6 +53,20 @@ __all__ = [
 AGG_FIELDS: tuple[str, ...] = tuple(REGISTRY)
 """The aggregate columns of a revision: the names in :data:`windows.aggregates.REGISTRY`."""
 PREV_FIELDS: tuple[str, ...] = tuple(f"prev_{a}" for a in AGG_FIELDS)
+
+
+def estimated_columns(columns: Sequence[str]) -> tuple[str, ...]:
+    """The additive aggregate columns among ``columns``: ``count`` and the sums.
+
+    Each gets an ``est_`` column (its estimated final value, SPEC §4); min, max, mean,
+    percentiles and distinct counts do not scale with the share of records counted.
+    Trace: ``("count", "p99_lat", "sum_amount")`` → ``("count", "sum_amount")``.
+    """
+    return tuple(c for c in columns if c in ("count", "sum") or c.startswith("sum_"))
+
+
+ESTIMATE_FIELDS: tuple[str, ...] = tuple(f"est_{a}" for a in estimated_columns(AGG_FIELDS))
+"""The ``est_*`` columns of the bare form: ``est_count``, ``est_sum``."""
 
 
 
@@ -77,12 +95,15 @@ REVISION_SCHEMA = pa.schema(
         pa.field("watermark_ms", pa.int64(), nullable=False),
         pa.field("batch_id", pa.int64(), nullable=False),
         pa.field("emitted_at_ms", pa.int64(), nullable=False),
+        pa.field("completeness", pa.float64(), nullable=False),
+        *[pa.field(e, pa.float64(), nullable=True) for e in ESTIMATE_FIELDS],
     ]
 )
-"""Arrow schema of a revision row (SPEC §4); aggregates and ``prev_*`` are nullable."""
+"""Arrow schema of a revision row (SPEC §4); aggregates, ``prev_*`` and ``est_*`` are nullable."""
 
 _N_AGG = 2 * len(AGG_FIELDS)
 _AGG_AT = REVISION_SCHEMA.get_field_index(AGG_FIELDS[0])
+_EST_AT = REVISION_SCHEMA.get_field_index(ESTIMATE_FIELDS[0])
 
 
 def revision_schema(aggs: AggList) -> pa.Schema:
@@ -90,20 +111,26 @@ def revision_schema(aggs: AggList) -> pa.Schema:
 
     The legacy bare form gives :data:`REVISION_SCHEMA` itself; otherwise the columns
     ``count`` … ``mean`` and their ``prev_*`` are replaced by ``aggs``' columns (``count``
-    int64, ``FN_FIELD`` float64, ``distinct_FIELD`` int64), then their ``prev_`` columns.
+    int64, ``FN_FIELD`` float64, ``distinct_FIELD`` int64), then their ``prev_`` columns, and
+    ``est_count``, ``est_sum`` by an ``est_`` column (float64) per count and sum requested.
 
     Trace: ``count,p99(lat)`` → ``…, retracted, count, p99_lat, prev_count, prev_p99_lat,
-    n_late, …``.
+    n_late, …, emitted_at_ms, completeness, est_count``.
     """
     if aggs.legacy:
         return REVISION_SCHEMA
-    return with_aggregate_fields(aggs.arrow_fields())
+    return with_aggregate_fields(aggs.arrow_fields(), estimated_columns(aggs.columns))
 
 
-def with_aggregate_fields(columns: Sequence[pa.Field]) -> pa.Schema:
-    """:data:`REVISION_SCHEMA` with ``count`` … ``prev_mean`` replaced by ``columns``."""
+def with_aggregate_fields(columns: Sequence[pa.Field], estimated: Sequence[str]) -> pa.Schema:
+    """:data:`REVISION_SCHEMA` with ``count`` … ``prev_mean`` replaced by ``columns``.
+
+    ``est_count``, ``est_sum`` are replaced by ``est_<c>`` (float64) for each column ``c`` of
+    ``estimated``.
+    """
     base = list(REVISION_SCHEMA)
-    return pa.schema([*base[:_AGG_AT], *columns, *base[_AGG_AT + _N_AGG:]])
+    est = [pa.field(f"est_{c}", pa.float64(), nullable=True) for c in estimated]
+    return pa.schema([*base[:_AGG_AT], *columns, *base[_AGG_AT + _N_AGG:_EST_AT], *est])
 
 LATE_SCHEMA = pa.schema(
     [
@@ -149,7 +176,10 @@ class Revision:
     """One emitted revision of a (key, window ``[window_start_ms, window_end_ms)``) (SPEC §4).
 
     Aggregates not requested, and every ``prev_*`` at revision 0 or in watermark mode, are None.
-    Times are int64 epoch ms.
+    Times are int64 epoch ms. ``completeness`` is the estimated share (0–1) of the window's
+    eventually accepted records counted (1.0 on the FINAL); ``est_count`` / ``est_sum`` are
+    ``count`` / ``sum`` divided by it (None when the aggregate is not requested or
+    ``completeness`` is 0).
     """
 
     query_id: str
@@ -176,6 +206,9 @@ class Revision:
     watermark_ms: int
     batch_id: int
     emitted_at_ms: int
+    completeness: float
+    est_count: float | None
+    est_sum: float | None
 
     def to_row(self) -> dict[str, Any]:
         """JSON-ready dict with the spec's field names (None for null)."""
@@ -209,6 +242,9 @@ class Revision:
             watermark_ms=int(row["watermark_ms"]),
             batch_id=int(row["batch_id"]),
             emitted_at_ms=int(row["emitted_at_ms"]),
+            completeness=float(row["completeness"]),
+            est_count=_opt_float(row["est_count"]),
+            est_sum=_opt_float(row["est_sum"]),
         )
 
 

@@ -539,7 +539,8 @@ class DeltaTables:
         if have != want:
             msg = (f"{self.table_path('revisions')} has the columns of other aggregates "
                    f"(extra {sorted(have - want)}, missing {sorted(want - have)}); a Delta "
-                   "root holds one --aggs list: give this job another --delta-path")
+                   "root holds one --aggs list (and one revise version's columns): give this "
+                   "job another --delta-path")
             raise DeltaSchemaError(msg)
 
     # ---- helpers ---------------------------------------------------------------------------

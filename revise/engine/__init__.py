@@ -76,8 +76,9 @@ The package, by concern: :mod:`~revise.engine.batch` (the input batch, its check
 step context and too-late records), :mod:`~revise.engine.state` (key table, open-window table,
 snapshot), :mod:`~revise.engine.fixed` (tumbling/hopping), :mod:`~revise.engine.sessions`,
 :mod:`~revise.engine.emitter` (typed parts → one sorted RevisionBatch),
-:mod:`~revise.engine.throttle` (emit policies) and
-:mod:`~revise.engine.core` (the :class:`Engine` that ties them together).
+:mod:`~revise.engine.throttle` (emit policies),
+:mod:`~revise.engine.completeness` (each revision's ``completeness``, learned from arrival
+delays) and :mod:`~revise.engine.core` (the :class:`Engine` that ties them together).
 """
 
 from __future__ import annotations

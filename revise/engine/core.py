@@ -13,6 +13,7 @@ import numpy as np
 from revise.config import EngineConfig
 from revise.engine.aggplan import AggPlan
 from revise.engine.batch import BatchOutput, InputBatch, Step
+from revise.engine.completeness import CompletenessModel
 from revise.engine.emitter import Emitter, emit_finals
 from revise.engine.fixed import process_fixed
 from revise.engine.sessions import process_sessions
@@ -48,8 +49,8 @@ class Engine:
     → ``rev 2 FINAL count=2``.
     """
 
-    __slots__ = ("_assigner", "_aggs", "_config", "_keys", "_max_ts_ms", "_sealed_ms", "_state",
-                 "_watermark_ms")
+    __slots__ = ("_assigner", "_aggs", "_completeness", "_config", "_keys", "_max_ts_ms",
+                 "_sealed_ms", "_state", "_watermark_ms")
 
     def __init__(self, config: EngineConfig) -> None:
         if not isinstance(config, EngineConfig):
@@ -70,6 +71,7 @@ class Engine:
         self._watermark_ms = 0
         self._max_ts_ms = -1  # max accepted event time so far (-1: none)
         self._sealed_ms = NO_SEAL  # windows starting at or before this were closed (close_all)
+        self._completeness = CompletenessModel(config)
 
     # -- public ------------------------------------------------------------------------
 
@@ -151,21 +153,27 @@ class Engine:
         out = Emitter()
         late = LateBatch.empty()
         max_ts: int | None = None
+        frontier_ms = -1  # the event-time frontier after the batch (completeness)
         if len(batch):
             ranks, remap = self._keys.encode(batch.keys)
             if remap is not None and len(self._state):
                 self._state.key = remap[self._state.key]
             step = self._step(w, batch_id)
             if self._assigner is None:
-                self._state, late, max_ts = process_sessions(
+                self._state, late, accepted = process_sessions(
                     self._config.window.gap_ms, batch, ranks, self._state, step, out)
             else:
-                self._state, late, max_ts = process_fixed(
+                self._state, late, accepted = process_fixed(
                     self._assigner, batch, ranks, self._state, len(self._keys), step, out)
+            if len(accepted):
+                max_ts = int(batch.ts_ms[accepted].max())
+                if step.revision_mode:
+                    frontier_ms = self._completeness.observe(
+                        batch, accepted, self._completeness.frontier_ms(w, self._max_ts_ms))
         if max_ts is not None:
             self._max_ts_ms = max(self._max_ts_ms, max_ts)
         self._close(w, out, everything=False)
-        revisions = self._build(out, w, batch_id, now_ms)
+        revisions = self._completeness.apply(self._build(out, w, batch_id, now_ms), frontier_ms)
         self._maybe_compact()
         return BatchOutput(revisions, late, w, max_ts)
 
@@ -192,7 +200,7 @@ class Engine:
     def snapshot(self) -> bytes:
         """The whole state as bytes: one Arrow IPC stream (layout: ``encode_snapshot``)."""
         snap = Snapshot(self._keys, self._state, self._watermark_ms, self._max_ts_ms,
-                        self._sealed_ms)
+                        self._sealed_ms, self._completeness.histogram)
         return encode_snapshot(snap, state_config(self._config, self._aggs), self._aggs)
 
     # -- internals --------------------------------------------------------------------------
@@ -243,3 +251,4 @@ class Engine:
         self._keys, self._state = snap.keys, snap.table
         self._watermark_ms, self._max_ts_ms = snap.watermark_ms, snap.max_ts_ms
         self._sealed_ms = snap.sealed_ms
+        self._completeness = CompletenessModel(self._config, snap.delays)

@@ -122,6 +122,7 @@ class Emitter:
             watermark_ms=np.full(n, watermark_ms, dtype=_I64),
             batch_id=np.full(n, batch_id, dtype=_I64),
             emitted_at_ms=np.full(n, now_ms, dtype=_I64),
+            completeness=np.ones(n),  # the engine's CompletenessModel sets the open windows'
             **results,
         )
 

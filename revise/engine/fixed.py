@@ -56,7 +56,7 @@ class _Groups:
 
 def process_fixed(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
                   table: WindowTable, n_keys: int, step: Step,
-                  out: Emitter) -> tuple[WindowTable, LateBatch, int | None]:
+                  out: Emitter) -> tuple[WindowTable, LateBatch, npt.NDArray[np.intp]]:
     """Apply ``batch`` to the open windows ``table``; emit one revision per touched window.
 
     Under an emit policy (``step.policy``) only the touched windows it allows are emitted.
@@ -71,11 +71,12 @@ def process_fixed(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
         out: Receives the revisions (revision mode only).
 
     Returns:
-        The new table, the too-late records, and the max accepted event time (None: none).
+        The new table, the too-late records, and the positions in ``batch`` of the records
+        accepted in at least one window (sorted).
     """
     late, pairs = _accepted_pairs(assigner, batch, ranks, step)
     if pairs is None:
-        return table, late, None
+        return table, late, np.empty(0, dtype=np.intp)
     ids, table_ids = _pack_ids(pairs.key, assigner.window_index(pairs.start), table.key,
                                assigner.window_index(table.start), n_keys)
     g = _reduce(batch, pairs, ids, step)
@@ -121,7 +122,9 @@ def process_fixed(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,
                    for n, t in old_sk.items()}
         emit_rows(out, table, rows, prev=prev, prev_sketches=prev_sk, has_prev=found,
                   w=step.watermark_ms)
-    return table, late, int(pairs.ts_ms.max())
+    accepted = np.zeros(len(batch), dtype=bool)
+    accepted[pairs.rec] = True  # hopping: a record accepted in several windows counts once
+    return table, late, np.flatnonzero(accepted)
 
 
 def _accepted_pairs(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray,

@@ -61,7 +61,8 @@ class _Merged:
 
 
 def process_sessions(gap_ms: int, batch: InputBatch, ranks: IntArray, table: WindowTable,
-                     step: Step, out: Emitter) -> tuple[WindowTable, LateBatch, int | None]:
+                     step: Step, out: Emitter
+                     ) -> tuple[WindowTable, LateBatch, npt.NDArray[np.intp]]:
     """Apply ``batch`` to the open sessions ``table``; emit revisions and retractions.
 
     Args:
@@ -73,7 +74,8 @@ def process_sessions(gap_ms: int, batch: InputBatch, ranks: IntArray, table: Win
         out: Receives the revisions (revision mode only).
 
     Returns:
-        The new table, the too-late records, and the max accepted event time (None: none).
+        The new table, the too-late records, and the positions in ``batch`` of the accepted
+        records (sorted).
     """
     w = step.watermark_ms
     keys, ts, values = ranks, batch.ts_ms, step.aggs.record_values(batch)
@@ -89,7 +91,7 @@ def process_sessions(gap_ms: int, batch: InputBatch, ranks: IntArray, table: Win
         keys, ts, values = keys[keep], ts[keep], values[keep]
         span_end, vrank, recs = span_end[keep], vrank[keep], recs[keep]
     if len(keys) == 0:
-        return table, late, None
+        return table, late, recs
     touched = np.isin(table.key, unique_sorted(np.sort(keys)), assume_unique=False)
     per_record = step.aggs.build_sketches(batch, recs, np.arange(len(recs), dtype=_I64),
                                           len(recs))
@@ -100,7 +102,7 @@ def process_sessions(gap_ms: int, batch: InputBatch, ranks: IntArray, table: Win
     if step.revision_mode:
         _emit(m, step, out)
     rest = WindowTable.concat(table.take(~touched), m.sessions)
-    return rest.take(np.lexsort((rest.start, rest.key))), late, int(ts.max())
+    return rest.take(np.lexsort((rest.start, rest.key))), late, recs
 
 
 def _merge(old: WindowTable, keys: IntArray, ts: IntArray, span_end: IntArray,

@@ -31,6 +31,7 @@ from revise.engine.aggplan import (
 from revise.engine.batch import IntArray
 from revise.errors import StateSchemaMismatch
 from windows import AggregateSet, State, segment_starts
+from windows.completeness import HISTOGRAM_TAG, DelayHistogram
 from windows.sketches import EncodedSketch
 
 __all__ = [
@@ -47,13 +48,14 @@ __all__ = [
     "unique_sorted",
 ]
 
-SNAPSHOT_FORMAT = 3
+SNAPSHOT_FORMAT = 4
 """Version of the snapshot layout; bumped on any incompatible change.
 
-2 added the sketch columns of ``FN(FIELD)`` aggregates; 3 the last-emitted columns an emit
-policy keeps (``last_*``, :class:`LastEmitted`). Format-1 and -2 snapshots (no policy, same
-columns otherwise) are still read, under the same fingerprint check, which refuses them to an
-engine with an emit policy."""
+2 added the sketch columns of ``FN(FIELD)`` aggregates; 4 the arrival-delay histogram the
+revisions' ``completeness`` is learned from, and the last-emitted columns an emit policy keeps
+(``last_*``, :class:`LastEmitted`). A format-1 or -2 snapshot (no policy, same columns
+otherwise) is still read, under the same fingerprint check (which refuses it to an engine with
+an emit policy), as having learned no delays yet."""
 
 _READABLE_FORMATS = ("1", "2", str(SNAPSHOT_FORMAT))
 
@@ -365,6 +367,7 @@ class Snapshot:
         watermark_ms: The largest watermark the engine was given (ms).
         max_ts_ms: Max accepted event time so far (ms; -1: none).
         sealed_ms: Windows starting at or before this were closed by close_all (ms).
+        delays: Arrival delays learned so far (``completeness``).
     """
 
     keys: KeyTable
@@ -372,6 +375,7 @@ class Snapshot:
     watermark_ms: int
     max_ts_ms: int
     sealed_ms: int
+    delays: DelayHistogram = field(default_factory=DelayHistogram)
 
 
 def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) -> bytes:
@@ -382,7 +386,9 @@ def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) 
     ``end``, ``rev``, ``n_late``, ``max_late`` (int64) and one column per aggregate state column
     (``count`` int64, ``sum``/``min``/``max`` float64, …); schema metadata ``revise.format``
     (:data:`SNAPSHOT_FORMAT`), ``revise.fingerprint``, ``revise.config`` (JSON, ``config``),
-    ``revise.watermark_ms``, ``revise.max_ts_ms`` and ``revise.sealed_ms``. Each sketch
+    ``revise.watermark_ms``, ``revise.max_ts_ms``, ``revise.sealed_ms``, and the delay
+    histogram: ``revise.delays`` (JSON ``[[bin, count], …]`` of its non-empty bins) under
+    ``revise.delays.tag`` (:data:`~windows.completeness.HISTOGRAM_TAG`). Each sketch
     ``NAME`` (``q:FIELD``, ``d:FIELD``) adds ``sk_NAME_slots`` (large_list<int64>) and
     ``sk_NAME_values`` (large_list<int64>, uint8 for distinct), one list per window, and its
     version tag in ``revise.sketch.NAME``. Under an emit policy (:class:`LastEmitted`) the
@@ -420,6 +426,8 @@ def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) 
         "revise.watermark_ms": str(snap.watermark_ms),
         "revise.max_ts_ms": str(snap.max_ts_ms),
         "revise.sealed_ms": str(snap.sealed_ms),
+        "revise.delays": json.dumps(snap.delays.sparse(), separators=(",", ":")),
+        "revise.delays.tag": HISTOGRAM_TAG,
     }
     rb = pa.RecordBatch.from_arrays(arrays, names=names)
     rb = rb.replace_schema_metadata(meta)
@@ -464,7 +472,7 @@ def decode_snapshot(snapshot: bytes, config: dict[str, Any], aggs: AggregateSet)
     snap = Snapshot(KeyTable(), WindowTable.empty(aggs, last=has_last),
                     int(meta["revise.watermark_ms"]),
                     int(meta.get("revise.max_ts_ms", "-1")),
-                    int(meta.get("revise.sealed_ms", str(NO_SEAL))))
+                    int(meta.get("revise.sealed_ms", str(NO_SEAL))), _decode_delays(meta))
     if table.num_rows == 0:
         return snap
     table = table.combine_chunks()
@@ -505,6 +513,28 @@ def _encode_last(last: LastEmitted, aggs: AggregateSet, arrays: list[pa.Array],
             arrays.append(pa.LargeListArray.from_arrays(offsets, pa.array(enc.slots)))
             arrays.append(pa.LargeListArray.from_arrays(offsets, pa.array(enc.values)))
             names += [f"last_sk_{name}_slots", f"last_sk_{name}_values"]
+
+
+def _decode_delays(meta: dict[str, str]) -> DelayHistogram:
+    """The delay histogram of a snapshot (empty for formats 1 and 2, which had none).
+
+    Raises:
+        StateSchemaMismatch: It was written with another bin layout, or is corrupt.
+    """
+    if meta.get("revise.format") in ("1", "2"):
+        return DelayHistogram()
+    tag = meta.get("revise.delays.tag")
+    if tag != HISTOGRAM_TAG:
+        msg = (f"engine snapshot's delay histogram has tag {tag!r}, this engine reads "
+               f"{HISTOGRAM_TAG!r}; restart with a new checkpoint (or the revise version that "
+               "wrote it)")
+        raise StateSchemaMismatch(msg)
+    try:
+        return DelayHistogram.from_sparse(json.loads(meta["revise.delays"]))
+    except (KeyError, ValueError, TypeError) as e:
+        msg = (f"engine snapshot's delay histogram cannot be read ({e}); restart with a new "
+               "checkpoint (or the revise version that wrote it)")
+        raise StateSchemaMismatch(msg) from e
 
 
 def _decode_sketches(table: pa.Table, meta: dict[str, str], aggs: AggPlan,

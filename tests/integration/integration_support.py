@@ -511,6 +511,22 @@ def check_run(setup: JobSetup, parse: Parser = parse_legacy,
     report.notes.append("reasons: " + ", ".join(sorted({r["reason"].split(":")[0]
                                                         for r in out.dead})))
 
+    # -- completeness (SPEC §4): a share, 1.0 on the FINAL, est_* = aggregate / it ----------
+    est_cols = [c for c in AGGS if c in ("count", "sum") or c.startswith("sum_")]
+    for row in out.revisions:
+        c = row["completeness"]
+        assert 0.0 <= c <= 1.0, row
+        for a in est_cols:
+            est = row[f"est_{a}"]
+            if row["is_final"] or setup.mode == "watermark":
+                assert c == 1.0 and est == row[a], row
+            elif c == 0:
+                assert est is None, row
+            else:
+                assert _same(est, row[a] / c), row
+    if setup.mode == "revision" and not session:
+        assert any(0 < r["completeness"] < 1 for r in out.revisions), "no partial window"
+
     # -- latest: the highest revision of every window; retracted bounds removed -------------
     want_latest = {}
     for w, rows in by_window.items():

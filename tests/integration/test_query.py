@@ -54,6 +54,17 @@ def test_views_answer_in_every_format(run: QueryRun, capfd: pytest.CaptureFixtur
 
     row = json.loads(out)
     assert row["f"] > 0 and row["p"] == 0 and row["d"] > 0  # a bounded run closes everything
+    # completeness and the estimated finals (SPEC §4) reach the views, on either engine
+    for engine in ((), ("--engine", "spark")):
+        code, out, _ = _query(
+            capfd, "SELECT (SELECT count(*) FROM final_windows WHERE completeness = 1.0 "
+            "AND est_count = count AND est_sum = sum) AS f, "
+            "(SELECT count(*) FROM revision_history WHERE timing = 'EARLY' AND completeness "
+            "> 0 AND completeness < 1 AND abs(est_count * completeness - count) < 1e-6) AS e, "
+            "(SELECT count(*) FROM revision_history WHERE completeness < 0 OR completeness > 1)"
+            " AS bad", "--delta-path", run.delta, "--format", "json", *engine)
+        got = json.loads(out)
+        assert code == 0 and got["f"] == row["f"] and got["e"] > 0 and got["bad"] == 0, engine
 
 
 def test_bad_sql_and_unknown_view_exit_2_naming_the_views(

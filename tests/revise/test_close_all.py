@@ -109,7 +109,8 @@ def _revisions(watermark_ms: int, n: int, key: str) -> pa.Table:
     row = {f.name: None for f in REVISION_SCHEMA}
     row.update(query_id="q", mode="revision", key=key, window_start_ms=0, window_end_ms=10,
                revision=0, timing="FINAL", is_final=True, retracted=False, n_late=0,
-               max_lateness_ms=0, watermark_ms=watermark_ms, batch_id=3, emitted_at_ms=0)
+               max_lateness_ms=0, watermark_ms=watermark_ms, batch_id=3, emitted_at_ms=0,
+               completeness=1.0)
     return pa.Table.from_pylist([{**row, "window_start_ms": i} for i in range(n)],
                                 schema=REVISION_SCHEMA)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -115,7 +116,8 @@ revisions = st.builds(
     retracted=st.booleans(), count=opt_int, sum=opt_float, min=opt_float, max=opt_float,
     mean=opt_float, prev_count=opt_int, prev_sum=opt_float, prev_min=opt_float,
     prev_max=opt_float, prev_mean=opt_float, n_late=i64, max_lateness_ms=i64, watermark_ms=i64,
-    batch_id=i64, emitted_at_ms=i64)
+    batch_id=i64, emitted_at_ms=i64, completeness=st.floats(0.0, 1.0), est_count=opt_float,
+    est_sum=opt_float)
 lates = st.builds(LateRecord, key=text, ts_ms=i64, value=st.floats(allow_nan=False),
                   window_start_ms=i64, window_end_ms=i64, watermark_ms=i64, lateness_ms=i64,
                   reason=text, batch_id=i64, topic=text,
@@ -165,6 +167,9 @@ def _consistent(r: Revision, aggs: tuple[str, ...], has_prev: bool) -> Revision:
             vals[f"prev_{a}"] = (p if p is not None else (0 if a == "count" else 0.5)) \
                 if has_prev else None
     vals["query_id"], vals["mode"] = "q", "revision"
+    c = vals["completeness"]
+    for a in ("count", "sum"):  # derived: the aggregate / completeness, null at 0
+        vals[f"est_{a}"] = None if vals[a] is None or c == 0 else vals[a] / c
     return Revision.from_row(vals)
 
 
@@ -188,12 +193,18 @@ def test_revision_batch_round_trip(rows, aggs):
 def test_revision_batch_null_convention_and_concat_guard():
     r = _consistent(next(iter([Revision("q", "revision", "k", 0, 10, 0, "EARLY", False, False,
                                         3, 1.0, 0.0, 1.0, 0.5, None, None, None, None, None,
-                                        0, 0, 0, 0, 0)])), ("count", "max"), False)
+                                        0, 0, 0, 0, 0, 0.25, None, None)])),
+                    ("count", "max"), False)
     b = RevisionBatch.from_records([r], query_id="q", mode="revision", aggs=("count", "max"))
     assert b.valid("count").tolist() == [True] and b.valid("sum").tolist() == [False]
     assert b.valid("prev_count").tolist() == [False]
+    assert b.valid("est_count").tolist() == [True] and b.valid("est_sum").tolist() == [False]
     t = b.to_arrow()
     assert t.column("sum").null_count == 1 and t.column("prev_max").null_count == 1
+    assert t.column("est_count").to_pylist() == [12.0] and t.column("est_sum").null_count == 1
+    zero = dataclasses.replace(b, completeness=np.zeros(1))  # nothing counted yet: no estimate
+    assert zero.to_arrow().column("est_count").null_count == 1
+    assert next(zero.rows()).est_count is None
     other = RevisionBatch.empty("other", "revision", ("count", "max"))
     with pytest.raises(ValueError, match="cannot concat"):
         RevisionBatch.concat([b, other])

@@ -198,7 +198,11 @@ def test_snapshot_of_other_aggs_or_old_format_is_handled():
     old = table.replace_schema_metadata(meta)
     with pa.ipc.new_stream(sink, old.schema) as w:
         w.write_table(old)
-    assert Engine.build(legacy, sink.getvalue().to_pybytes()).snapshot() == blob
+    translated = Engine.build(legacy, sink.getvalue().to_pybytes()).snapshot()
+    got = pa.ipc.open_stream(pa.py_buffer(translated)).read_all()
+    assert got.to_pylist() == table.to_pylist()  # the same windows, and no delays learned yet
+    assert got.schema.metadata[b"revise.delays"] == b"[]"
+    assert table.schema.metadata[b"revise.delays"] != b"[]"
     # a corrupt sketch column is refused, not silently reused
     gtable = pa.ipc.open_stream(pa.py_buffer(general.snapshot())).read_all()
     bad = gtable.replace_schema_metadata({**gtable.schema.metadata,
@@ -236,4 +240,8 @@ def test_revision_schema_follows_the_agg_list():
                                 "prev_p99_ev_lat", "prev_distinct_u"]
     assert str(s.field("distinct_u").type) == "int64"
     assert str(s.field("prev_p99_ev_lat").type) == "double"
-    assert "sum" not in names and names[-1] == "emitted_at_ms"
+    assert "sum" not in names and "est_sum" not in names
+    assert names[-3:] == ["emitted_at_ms", "completeness", "est_count"]
+    s = revision_schema(AggList.parse("sum(a),mean(a),sum(b)"))
+    assert s.names[-3:] == ["completeness", "est_sum_a", "est_sum_b"]
+    assert str(s.field("est_sum_b").type) == "double"

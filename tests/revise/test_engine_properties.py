@@ -207,3 +207,27 @@ def test_output_sorted_and_columnar_views_agree(config, batches):
         if o.max_accepted_ts_ms is not None:
             assert o.max_accepted_ts_ms >= 0
         assert np.all(rb.watermark_ms == o.watermark_ms)
+
+
+@SETTINGS
+@given(configs(), streams())
+def test_completeness_is_a_share_and_estimates_are_final_on_the_final(config, batches):
+    truth = oracle.compute(config, batches)
+    for o in run(config, batches):
+        rb = o.revisions
+        c = rb.completeness
+        assert np.all((c >= 0.0) & (c <= 1.0))
+        assert np.all(c[rb.is_final] == 1.0)
+        if config.mode == "watermark":
+            assert np.all(c == 1.0)
+        for a in ("count", "sum"):
+            est, valid = rb.estimate(a)
+            assert valid.tolist() == ((c > 0) & (a in config.aggs)).tolist()
+            value = getattr(rb, a)
+            assert np.array_equal(est[valid & rb.is_final], value[valid & rb.is_final])
+        if "count" in config.aggs:
+            est, valid = rb.estimate("count")
+            assert np.all(est[valid] >= rb.count[valid])  # a share <= 1 only scales up
+            for r in rb.take(np.flatnonzero(rb.is_final)).rows():
+                assert r.est_count == truth.windows[(r.key, r.window_start_ms,
+                                                     r.window_end_ms)].count

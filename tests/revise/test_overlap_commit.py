@@ -23,7 +23,7 @@ from sinks.kafka import ChangelogCommitError, CommitResult
 _ROW = {"query_id": "q", "mode": "revision", "key": "k", "window_start_ms": 0,
         "window_end_ms": 10, "revision": 0, "timing": "EARLY", "is_final": False,
         "retracted": False, "count": 1, "n_late": 0, "max_lateness_ms": 0, "watermark_ms": 0,
-        "batch_id": 0, "emitted_at_ms": 0}
+        "batch_id": 0, "emitted_at_ms": 0, "completeness": 0.5, "est_count": 2.0}
 
 
 class _Changelog:

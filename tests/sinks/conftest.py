@@ -33,6 +33,7 @@ def revision(
 ) -> Revision:
     """One revision with plausible aggregates; prev_* null at revision 0."""
     prev = rev > 0
+    done = 1.0 if timing == "FINAL" else 0.8
     return Revision(
         query_id=query_id, mode="revision", key=key, window_start_ms=start, window_end_ms=end,
         revision=rev, timing=timing, is_final=timing == "FINAL", retracted=retracted,
@@ -40,7 +41,8 @@ def revision(
         prev_count=count - 1 if prev else None, prev_sum=total - 1.0 if prev else None,
         prev_min=0.5 if prev else None, prev_max=total - 1.0 if prev else None,
         prev_mean=None, n_late=0, max_lateness_ms=0, watermark_ms=start + 500,
-        batch_id=batch_id, emitted_at_ms=1_700_000_000_000,
+        batch_id=batch_id, emitted_at_ms=1_700_000_000_000, completeness=done,
+        est_count=count / done, est_sum=total / done,
     )
 
 

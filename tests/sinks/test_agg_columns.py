@@ -13,7 +13,14 @@ import pytest
 from deltalake import DeltaTable
 
 from revise.aggspec import AggList
-from revise.records import AGG_FIELDS, PREV_FIELDS, REVISION_SCHEMA, Revision, revision_schema
+from revise.records import (
+    AGG_FIELDS,
+    ESTIMATE_FIELDS,
+    PREV_FIELDS,
+    REVISION_SCHEMA,
+    Revision,
+    revision_schema,
+)
 from sinks.delta_tables import DeltaSchemaError, DeltaTables
 from sinks.kafka import decode_revision_row, encode_revisions
 
@@ -27,14 +34,16 @@ def row(make_revision: Callable[..., Revision]) -> Callable[..., dict[str, Any]]
     def make(key: str, rev: int, *, p99: float, users: int, batch_id: int = 0,
              timing: str = "EARLY") -> dict[str, Any]:
         base = make_revision(key, 0, 10_000, rev, timing=timing, batch_id=batch_id).to_row()
-        for name in (*AGG_FIELDS, *PREV_FIELDS):
+        for name in (*AGG_FIELDS, *PREV_FIELDS, *ESTIMATE_FIELDS):
             del base[name]
         first = rev == 0
         base.update(count=3 + rev, sum_amount=10.0 + rev, p99_http_latency_ms=p99,
                     distinct_user_id=users, prev_count=None if first else 2 + rev,
                     prev_sum_amount=None if first else 9.0 + rev,
                     prev_p99_http_latency_ms=None if first else p99 - 1,
-                    prev_distinct_user_id=None if first else users - 1)
+                    prev_distinct_user_id=None if first else users - 1,
+                    est_count=(3 + rev) / base["completeness"],
+                    est_sum_amount=(10.0 + rev) / base["completeness"])
         return base
     return make
 
@@ -49,7 +58,8 @@ def test_changelog_json_carries_the_agg_list_columns(row):
     assert [decode_revision_row(v, SCHEMA) for v in values] == rows
     obj = orjson.loads(values[1])
     assert list(obj) == SCHEMA.names
-    assert "sum" not in obj and "prev_mean" not in obj
+    assert "sum" not in obj and "prev_mean" not in obj and "est_sum" not in obj
+    assert obj["completeness"] == 0.8 and obj["est_sum_amount"] == 11.0 / 0.8
     assert obj["p99_http_latency_ms"] == 13.0 and obj["prev_distinct_user_id"] == 2
     assert b'"prev_p99_http_latency_ms":12.0' in values[1]
     assert orjson.loads(keys[0]) == {"key": "a", "window_start_ms": 0, "window_end_ms": 10_000}
@@ -73,7 +83,8 @@ def test_delta_tables_and_latest_merge_use_the_agg_list_columns(tmp_path, row):
     history = DeltaTable(tables.table_path("revisions")).to_pyarrow_table()
     assert history.schema.names == SCHEMA.names and history.num_rows == 2
     # One root, one set of columns: today's writer (or another --aggs) is sent elsewhere.
-    with pytest.raises(DeltaSchemaError, match=r"missing \['max', 'mean'.*another --delta-path"):
+    with pytest.raises(DeltaSchemaError,
+                       match=r"missing \['est_sum', 'max', 'mean'.*another --delta-path"):
         DeltaTables(str(tmp_path), revision_schema=REVISION_SCHEMA).ensure()
     other = revision_schema(AggList.parse("count,p50(http.latency_ms)"))
     with pytest.raises(DeltaSchemaError, match=r"extra \['distinct_user_id'"):
