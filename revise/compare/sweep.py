@@ -12,7 +12,9 @@ Each setting gets three figures, all deterministic for the recorded split (no wa
   the window ended);
 - *revisions per window*: revisions emitted ÷ windows closed;
 - *accuracy*: ``1 - mean relative count error`` of each window's latest revision against the
-  true final count (a replay that accepts every record), averaged over the same frontier grid
+  true final count (a replay that accepts every record) of every window some swept setting
+  closes (a window only very late records open is out of every setting's reach, and would
+  lower all alike), averaged over the same frontier grid
   for every setting, from the window's end to the largest ``grace + delay`` swept (a window
   without an answer yet counts as error 1): how right the answer a reader finds is, from the
   moment the window has ended. It is the area under the accuracy-over-time curve of
@@ -166,6 +168,11 @@ def _on_frontier_clock(revs: pd.DataFrame, delay_ms: int) -> pd.DataFrame:
     return revs.assign(watermark_ms=revs["watermark_ms"] + delay_ms) if delay_ms else revs
 
 
+def _keyed_bounds(revs: pd.DataFrame) -> pd.DataFrame:
+    """The closed windows' bounds of one replay."""
+    return revs.loc[revs["is_final"] & ~revs["retracted"], list(WINDOW_BOUNDS)]
+
+
 def _first_latency(revs: pd.DataFrame) -> float | None:
     first = revs[(revs["revision"] == 0) & ~revs["retracted"]]
     return percentiles(first["watermark_ms"] - first["window_end_ms"]).p50
@@ -199,9 +206,13 @@ def run_sweep(base: EngineConfig, batches: Sequence[InputBatch],
     horizon = max(s.grace_ms + s.watermark_delay_ms for s in settings)
     step = max(1, math.ceil(horizon / 30))
     grid = list(range(0, horizon + step, step))
+    replays = [(s, *_revisions(s.engine(base), batches)) for s in settings]
+    closed_bounds = [_keyed_bounds(r) for _, r, _ in replays if len(r)]
+    answered = (pd.concat(closed_bounds, ignore_index=True).drop_duplicates() if closed_bounds
+                else pd.DataFrame(columns=list(WINDOW_BOUNDS)))
+    truth = truth.merge(answered, on=list(WINDOW_BOUNDS), how="inner")
     points: list[SweepPoint] = []
-    for s in settings:
-        revs, too_late = _revisions(s.engine(base), batches)
+    for s, revs, too_late in replays:
         revs = _on_frontier_clock(revs, s.watermark_delay_ms)
         if revs.empty:
             points.append(SweepPoint(s, None, math.nan, 0.0, too_late, 0))

@@ -115,13 +115,33 @@ def test_percentiles_runs(kernel_env: Path) -> None:
     assert "largest relative error of the FINAL p99" in text  # checked within 1 % in the cell
 
 
+def test_speculation_runs(kernel_env: Path) -> None:
+    nb = execute(NOTEBOOKS / "speculation.ipynb", jupyter_path=kernel_env)
+    _no_errors(nb)
+    text = _text(nb)
+    # one window's revisions with completeness and est_count against the final count
+    for column in ("completeness", "est_count", "final_count", "realised"):
+        assert column in text
+    # the calibration figures, computed in the cell from the run's own revisions
+    mae = float(text.split("mean |completeness - realised fraction|: ")[1].split()[0])
+    assert 0.0 <= mae <= 10.0
+    # what was known at three points: provisional, then final
+    assert text.count("as of watermark") == 3
+    assert "(after end + grace)" in text and "True" in text
+    # the sweep: recommendation line, table and plot (plus the window's own figure)
+    assert "for accuracy >= 0.85" in text or "no setting reaches accuracy 0.85" in text
+    assert "on_frontier" in text
+    assert _pngs(nb) == 2
+
+
 if __name__ == "__main__":  # refresh the committed outputs
     import tempfile
 
     import nbformat
 
     home = _kernel_home(Path(tempfile.mkdtemp()))
-    for name in sys.argv[1:] or ["quickstart.ipynb", "compare_modes.ipynb", "percentiles.ipynb"]:
+    for name in sys.argv[1:] or ["quickstart.ipynb", "compare_modes.ipynb", "percentiles.ipynb",
+                                 "speculation.ipynb"]:
         done = execute(NOTEBOOKS / name, jupyter_path=home)
         nbformat.write(done, NOTEBOOKS / name)
         print("executed and saved", name)
