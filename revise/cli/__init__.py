@@ -62,7 +62,9 @@ def setup_logging(verbose: bool = False, command: str = "revise") -> None:
         old.close()
     console = logging.StreamHandler(sys.stderr)
     handlers: list[logging.Handler] = [console]
-    if not verbose:
+    if verbose:
+        logfile.stop()
+    else:
         console.addFilter(_own_line)
         handlers.append(logfile.start(command).handler())
     for handler in handlers:

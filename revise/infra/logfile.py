@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-__all__ = ["LogFile", "current", "jvm_output", "logs_dir", "start"]
+__all__ = ["LogFile", "current", "jvm_output", "logs_dir", "start", "stop"]
 
 
 def logs_dir() -> Path:
@@ -90,6 +90,12 @@ def start(command: str) -> LogFile:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     _current = LogFile(logs_dir() / f"{command}-{stamp}-{os.getpid()}.log")
     return _current
+
+
+def stop() -> None:
+    """No log file from now on: output stays on the console (``revise -v``)."""
+    global _current
+    _current = None
 
 
 def current() -> LogFile | None:
