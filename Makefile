@@ -11,8 +11,8 @@ TEST_WORKERS ?= 2
 .PHONY: install demo test lint bench bench-engine bench-job clean
 
 $(STAMP): pyproject.toml revise/infra/poms/kafka.xml revise/infra/poms/spark.xml \
-          revise/infra/pyspark_bytecode.py $(shell find revise/infra/java -name '*.java')
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "revise needs Python 3.11, got " + sys.version.split()[0]'
+          $(shell find revise/infra/java -name '*.java')
+	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] <= (3, 14), "revise needs Python 3.11 to 3.14, got " + sys.version.split()[0]'
 	@command -v java >/dev/null || { echo "Java 17 is required (apt-get install openjdk-17-jdk-headless)"; exit 2; }
 	@command -v javac >/dev/null || { echo "A JDK 17 (javac) is required (apt-get install openjdk-17-jdk-headless)"; exit 2; }
 	@command -v mvn >/dev/null || { echo "Maven is required (apt-get install maven)"; exit 2; }
@@ -20,7 +20,6 @@ $(STAMP): pyproject.toml revise/infra/poms/kafka.xml revise/infra/poms/spark.xml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	$(PY) -m revise.infra.jars
-	$(PY) -m revise.infra.pyspark_bytecode
 	$(PY) -m revise.infra.cds
 	@touch $(STAMP)
 

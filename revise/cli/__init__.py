@@ -22,6 +22,7 @@ from revise.cli import broker, compare, demo, generate, query, run, spark, statu
 from revise.cli.args import EnvDefaults
 from revise.cli.kafka import redact_text
 from revise.errors import ConfigError, InfraError, ReviseError, SetupError
+from revise.infra import logfile
 
 __all__ = ["SUBCOMMANDS", "build_parser", "exit_code", "main"]
 
@@ -31,13 +32,46 @@ SUBCOMMANDS = (run, status, generate, compare, query, broker, spark, demo)
 """The subcommand modules, in ``--help`` order; each registers itself with ``add_parser``."""
 
 
-def setup_logging(verbose: bool = False) -> None:
-    """Log lines to stderr: INFO, or DEBUG with ``-v`` (also Spark's and librdkafka's own)."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+_OURS = "_revise_cli"
+"""Attribute that marks the handlers :func:`setup_logging` installed."""
+
+
+def _own_line(record: logging.LogRecord) -> bool:
+    """Whether a log record is revise's own, for the console: ``revise`` and ``revise.*``.
+
+    librdkafka's lines (``revise.kafka``) only when they are errors.
+    """
+    name = record.name
+    if name == "revise.kafka" or name.startswith("revise.kafka."):
+        return record.levelno >= logging.ERROR
+    return name == "revise" or name.startswith("revise.")
+
+
+def setup_logging(verbose: bool = False, command: str = "revise") -> None:
+    """Log revise's own lines to stderr at INFO, the rest to ``command``'s log file.
+
+    Everything else — Spark's, the JVM's, py4j's, librdkafka's lines, Python warnings — goes
+    to the log file of :mod:`revise.infra.logfile`, whose path is printed once. With
+    ``verbose`` (``-v``) all of it comes to stderr instead, at DEBUG, Spark's at INFO.
+    """
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for old in [h for h in root.handlers if getattr(h, _OURS, False)]:  # an earlier main()
+        root.removeHandler(old)
+        old.close()
+    console = logging.StreamHandler(sys.stderr)
+    handlers: list[logging.Handler] = [console]
+    if verbose:
+        logfile.stop()
+    else:
+        console.addFilter(_own_line)
+        handlers.append(logfile.start(command).handler())
+    for handler in handlers:
+        handler.setFormatter(fmt)
+        setattr(handler, _OURS, True)
+        root.addHandler(handler)
+    logging.captureWarnings(True)
     logging.getLogger("py4j").setLevel(logging.DEBUG if verbose else logging.WARNING)
     # py4j logs the traceback of an exception raised in foreachBatch (e.g. a fenced zombie's)
     # at ERROR, and Spark logs the same traceback when the query terminates: keep one of them.
@@ -47,6 +81,11 @@ def setup_logging(verbose: bool = False) -> None:
         os.environ.setdefault("REVISE_SPARK_LOG_LEVEL", "INFO")
 
 
+VERBOSE_HELP = ("print Spark's, the JVM's, py4j's and librdkafka's lines here, and debug "
+                "logging (without it they go to a log file under $REVISE_HOME/logs, whose "
+                "path revise prints)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``revise`` argument parser with every subcommand."""
     parser = EnvDefaults(
@@ -54,11 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Speculative out-of-order windowing on Apache Spark: numbered, corrected, "
         "exactly-once revisions of windowed aggregates in Kafka and Delta Lake.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="debug logging, Spark's and librdkafka's own lines included")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=EnvDefaults)
     for module in SUBCOMMANDS:
         module.add_parser(sub)
+    for command in sub.choices.values():  # `revise demo -v` as well as `revise -v demo`
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help=VERBOSE_HELP)
     return parser
 
 
@@ -76,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     parser = build_parser()
     args = parser.parse_args(argv)
-    setup_logging(args.verbose)
+    setup_logging(args.verbose, args.command)
     handler: Handler = args.handler
     try:
         return handler(args)
@@ -85,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         word = "error" if isinstance(exc, ConfigError | InfraError) else "failed"
         text = redact_text(f"revise {args.command}: {word}: {exc}")
         print(text, file=sys.stderr)
+        written = logfile.current()
+        if written is not None and written.opened:
+            print(f"revise {args.command}: Spark's and the Kafka clients' lines are in "
+                  f"{written.path}", file=sys.stderr)
         return code
     except KeyboardInterrupt as exc:
         print(f"revise {args.command}: interrupted", file=sys.stderr)

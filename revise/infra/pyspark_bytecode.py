@@ -16,8 +16,15 @@ so its bytecode cannot go stale). Not every module: a worker re-reads the zip's 
 times a run, and a ``.pyc`` for all of them doubled that. ``zipimport`` prefers ``name.pyc``;
 an interpreter of another version finds the wrong magic number and compiles the source, as
 before. Nothing else in the zip changes.
-Run ``python -m revise.infra.pyspark_bytecode`` (the Makefile's ``install`` does) for the
-pip-installed pyspark; a cluster's own ``SPARK_HOME`` is left to its owner.
+An opt-in: no install step runs it, since it rewrites another package's installed files
+(the pip-installed pyspark's zips then no longer match their wheel's RECORD hashes; ``pip
+install --force-reinstall pyspark`` puts the originals back). On a local master the workers
+do not import from the zips (:mod:`revise.spark.pydaemon` takes them off the path), so what it
+still speeds up is ``transformWithStateInPandas``' driver-side pre-init process at each query
+start, and the workers of the local standalone cluster and of clusters (docs/CLUSTER.md;
+docs/BENCHMARKS.md, *Bytecode in pyspark's zip, opt-in*). Run ``python -m
+revise.infra.pyspark_bytecode`` for the pip-installed pyspark, or :func:`add_bytecode` on a
+cluster's own ``SPARK_HOME`` zips with its Workers' interpreter.
 """
 
 from __future__ import annotations

@@ -20,9 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from revise.errors import ConfigError
+from revise.errors import ConfigError, InfraError
 from revise.infra import cds
 from revise.infra.jars import classpath, revise_jar
+from revise.infra.logfile import jvm_output
 from revise.infra.procs import append_options, jvm_options
 from revise.infra.pyfiles import is_local_master, ship_to_executors
 from revise.redact import spark_redaction_conf
@@ -127,6 +128,7 @@ def spark_session(
 
     Raises:
         ConfigError: ``$REVISE_JVM_OPTIONS`` is not a list of options.
+        InfraError: The driver JVM did not start (its output on the command's log file).
     """
     # Python workers must run this interpreter (with pyarrow, numpy and revise), not whatever
     # python3 is first on PATH.
@@ -210,6 +212,9 @@ def spark_session(
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
+    if not submitted:
+        _launch_jvm({**conf, "spark.app.name": app_name,
+                     **({"spark.master": master} if master is not None else {})})
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
@@ -220,6 +225,36 @@ def spark_session(
     # Executors of a real cluster may lack revise: ship this driver's copy (no-op on local[*]).
     ship_to_executors(spark)
     return spark
+
+
+def _launch_jvm(conf: dict[str, str]) -> None:
+    """Start the driver JVM with its output on the command's log file (:mod:`revise.infra.logfile`).
+
+    What PySpark's session builder does when no JVM runs yet (``spark-submit … pyspark-shell``
+    with ``conf``), with the JVM's stdout and stderr on that file: Spark's log4j lines, the
+    JVM's warnings and its Python workers' output. Nothing to do when a JVM already runs or
+    the output stays on the console (``revise -v``, or not the CLI); the builder then starts
+    it as usual.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    output = jvm_output()
+    if output is None:
+        return
+    with output:
+        try:
+            gateway = launch_gateway(SparkConf().setAll(list(conf.items())),
+                                     popen_kwargs={"stdout": output, "stderr": output})
+        except Exception as exc:  # noqa: BLE001 - PySpark's JAVA_GATEWAY_EXITED and OSErrors
+            output.flush()
+            lines = Path(output.name).read_text(errors="replace").splitlines()
+            tail = "\n".join(lines[-15:])
+            msg = f"the Spark driver JVM did not start ({exc}); its last lines:\n{tail}"
+            raise InfraError(msg) from exc
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def _load_in_driver(jars: list[Path]) -> None:

@@ -16,12 +16,17 @@ after SIGTERM, before it sends SIGKILL."""
 
 class CliRun:
     """``python -m revise <args>`` (or another ``module``, or ``command`` such as
-    ``spark-submit …``) in its own process group (so the JVM dies with it)."""
+    ``spark-submit …``) in its own process group (so the JVM dies with it); ``env`` adds to
+    this process's environment (a None value removes the variable)."""
 
-    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
+    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str | None] | None = None,
                  log: Path, module: str = "revise", command: list[str] | None = None) -> None:
         full_env = {k: v for k, v in os.environ.items() if k != "REVISE_CRASH_AT"}
-        full_env.update(env or {})
+        for key, value in (env or {}).items():  # None: not in the process's environment
+            if value is None:
+                full_env.pop(key, None)
+            else:
+                full_env[key] = value
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(

@@ -1,4 +1,4 @@
-"""Bytecode in Spark's Python zips: imported from the zip, same code, installed by ``make``."""
+"""Bytecode in Spark's Python zips (an opt-in): imported from the zip, same code."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from revise.infra.pyspark_bytecode import (
     add_bytecode,
     has_bytecode,
     imported_entries,
-    spark_python_zips,
 )
 
 _MOD = b"def answer():\n    return 6 * 7\n\ndef fail():\n    raise ValueError('from mod')\n"
@@ -80,18 +79,3 @@ def test_bytecode_of_another_interpreter_falls_back_to_the_source(tmp_path):
     assert has_bytecode(archive) and zipfile.ZipFile(archive).namelist().count("pkg/mod.pyc") == 1
     assert _run(archive, "import pkg.mod as m\nprint(m.__file__, m.answer())").split() == [
         f"{archive}{os.sep}pkg{os.sep}mod.pyc", "42"]
-
-
-def test_the_installed_pyspark_zips_carry_bytecode():
-    """``make install`` ran ``python -m revise.infra.pyspark_bytecode``."""
-    zips = spark_python_zips()
-    assert any(z.name == "pyspark.zip" for z in zips), zips
-    pyspark_zip = next(z for z in zips if z.name == "pyspark.zip")
-    entries = imported_entries(zips)
-    assert "pyspark/worker.py" in entries[pyspark_zip] and all(entries.values()), entries
-    assert all(has_bytecode(z, entries[z]) for z in zips), zips
-    out = _run(pyspark_zip, "import pyspark.worker as w\nprint(w.__file__)")
-    assert out.strip().endswith(".pyc") and out.startswith(str(pyspark_zip)), out
-    # only those: every entry makes a worker's re-read of the zip's directory dearer
-    names = zipfile.ZipFile(pyspark_zip).namelist()
-    assert sum(n.endswith(".pyc") for n in names) < sum(n.endswith(".py") for n in names) / 4
