@@ -38,6 +38,7 @@ _BASE = Revision(
     timing="EARLY", is_final=False, retracted=False, count=1, sum=1.0, min=1.0, max=1.0,
     mean=1.0, prev_count=None, prev_sum=None, prev_min=None, prev_max=None, prev_mean=None,
     n_late=0, max_lateness_ms=0, watermark_ms=0, batch_id=0, emitted_at_ms=0,
+    completeness=0.5, est_count=2.0, est_sum=2.0,
 )
 # batch → (emitted_at_ms, watermark_ms)
 _BATCHES = {0: (1_000, 100), 1: (2_000, 900), 2: (3_000, 1_500), 3: (4_000, 2_500)}
@@ -46,9 +47,12 @@ _BATCHES = {0: (1_000, 100), 1: (2_000, 900), 2: (3_000, 1_500), 3: (4_000, 2_50
 def _rev(batch: int, key: str, start: int, end: int, rev: int, *, timing: str = "EARLY",
          retracted: bool = False, count: int = 1) -> Revision:
     emitted, wm = _BATCHES[batch]
+    completeness = 1.0 if timing == "FINAL" else 0.5
     return replace(_BASE, key=key, window_start_ms=start, window_end_ms=end, revision=rev,
                    timing=timing, is_final=timing == "FINAL", retracted=retracted, count=count,
-                   sum=float(count), watermark_ms=wm, batch_id=batch, emitted_at_ms=emitted)
+                   sum=float(count), watermark_ms=wm, batch_id=batch, emitted_at_ms=emitted,
+                   completeness=completeness, est_count=count / completeness,
+                   est_sum=count / completeness)
 
 
 def _late(batch: int, ts: int) -> LateRecord:
