@@ -170,7 +170,7 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
 
 def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[str, Any]:
     from revise.config import EngineConfig, WindowSpec
-    from revise.jobconfig import DEFAULT_STATE_LAYOUT, JobConfig
+    from revise.jobconfig import JobConfig
     from revise.spark.driver import run_job
     from revise.vocab import Mode
 
@@ -185,7 +185,6 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
         once=True, max_records_per_batch=args.batch, shards=args.shards,
         transactional=args.variant != "revision-plain",
         overlap_commit=args.variant == "revision-overlap",
-        state_layout=args.state_layout or DEFAULT_STATE_LAYOUT,
     )
     t0 = time.monotonic()
     result = run_job(cfg, spark=spark)
@@ -354,9 +353,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="rounds of all variants (round-robin, rotating the order); the table "
                         "shows each variant's median run")
     p.add_argument("--json", help="also write every run's figures to this JSON file")
-    p.add_argument("--state-layout", choices=("snapshot", "log"),
-                   help="revise's --state-layout for the revise variants (not the @base ones, "
-                        "which run their tree's default); default: revise's own")
     p.add_argument("--native-max-poll-records", type=int, default=None, metavar="N",
                    help="the native variants' Kafka consumer max.poll.records (default: "
                         "Kafka's, 500; revise's source uses "
@@ -386,7 +382,7 @@ def _child(
     """Run one variant in a fresh process; its figures, or None (reported) if it failed."""
     env = {**os.environ, "REVISE_SPARK_LOG_LEVEL": "ERROR"}
     name, cwd = variant, None
-    options = ["--state-layout", args.state_layout] if args.state_layout else []
+    options: list[str] = []
     if args.native_max_poll_records:
         options += ["--native-max-poll-records", str(args.native_max_poll_records)]
     if args.jvm_threads:

@@ -10,7 +10,7 @@ it touches. This measures the price of that in the Python API, on one shard (one
 - ``tws``: the handler reads (``getValue``) and writes (``updateValue``) one MapState entry per
   record, the least a per-window layout needs. Each call is a round trip over the state
   server's socket; the figure is the handler's own time per record, Spark's overhead excluded.
-- ``snapshot``: revise today, for the same shard: ``Engine.build`` from the shard's snapshot,
+- ``snapshot``: the same shard kept as one whole snapshot: ``Engine.build`` from it,
   ``process`` of the batch, ``snapshot()``, per record.
 
 Both in this process, side by side; ``tws`` needs the ``protobuf`` package (a dependency of revise).

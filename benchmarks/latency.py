@@ -12,8 +12,6 @@ seconds and stops it.
 - ``revise``: ``revise run`` in revision mode, exactly-once changelog and Delta tables.
 - ``revise-every-batch``: the same with ``--delta-commit-interval 0s`` (every Delta table
   committed per micro-batch, as before the commits were decoupled from it).
-- ``revise-snapshot``, ``revise-log``: ``revise`` with that ``--state-layout``, to compare
-  the two in one run.
 - ``native``: Spark's own update-mode aggregation (``from_json``, ``withWatermark`` = grace,
   ``groupBy(window, key)`` with count and sum, RocksDB state store) writing each updated row to
   Kafka with Spark's Kafka sink (at-least-once), same trigger and the same driver JVM settings
@@ -133,10 +131,6 @@ def _batches(log_text: str, probes_from: int | None = None) -> dict[str, Any]:
             "batch_parts_ms_p50": {k: _pct(v, 50) for k, v in parts.items() if k != "batch"}}
 
 
-LAYOUT_SYSTEMS = ("revise-snapshot", "revise-log")
-"""``revise`` with ``--state-layout snapshot`` / ``log``, whatever ``--state-layout`` says."""
-
-
 def _start(system: str, args: argparse.Namespace, bootstrap: str, topics: dict[str, str],
            work: Path) -> CliRun:
     if system.startswith("revise"):
@@ -149,9 +143,6 @@ def _start(system: str, args: argparse.Namespace, bootstrap: str, topics: dict[s
             argv += ["--trigger", f"{args.trigger_ms}ms"]
         if args.shuffle_partitions is not None:
             argv += ["--shuffle-partitions", str(args.shuffle_partitions)]
-        layout = system.removeprefix("revise-") if system in LAYOUT_SYSTEMS else args.state_layout
-        if layout:
-            argv += ["--state-layout", layout]
         if system == "revise-every-batch":
             argv += ["--delta-commit-interval", "0s"]
         return CliRun(argv, cwd=work, log=work / "job.log")
@@ -278,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=1000.0, help="input records/s")
     ap.add_argument("--minutes", type=float, default=2.0, help="how long to feed")
     ap.add_argument("--systems", nargs="+", default=["revise", "native"],
-                    choices=["revise", "revise-every-batch", *LAYOUT_SYSTEMS, "native"])
+                    choices=["revise", "revise-every-batch", "native"])
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--window", default="tumbling:10s")
     ap.add_argument("--grace-ms", type=int, default=5000)
@@ -297,8 +288,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--shuffle-partitions", type=int,
                     help="revise run --shuffle-partitions (stateful tasks per batch)")
-    ap.add_argument("--state-layout", choices=("snapshot", "log"),
-                    help="revise run --state-layout (default: revise's own)")
     ap.add_argument("--trigger-ms", type=int,
                     help="micro-batch interval of both systems (default: revise's own, "
                          f"{DEFAULT_TRIGGER_MS} ms)")

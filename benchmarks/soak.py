@@ -14,8 +14,8 @@ not part of the run); from then, every ``--sample-s`` seconds (60) it records:
   (its ``java`` child) and the Python workers (every Python process under the JVM: PySpark's
   daemon and its workers), found with psutil over the process tree;
 - the driver JVM's open file descriptors and its TCP sockets in ``CLOSE_WAIT`` (a socket the
-  peer closed and the JVM did not: Spark 4.2.0 leaked one per stateful task of the log
-  layout, SPARK-58932);
+  peer closed and the JVM did not: Spark 4.2.0 leaked one per ``transformWithStateInPandas``
+  task, SPARK-58932);
 - micro-batch duration (ms; median and max of the job's ``batch_ms=`` progress lines in the
   interval);
 - input lag (records): the input topic's end offsets minus the offsets of the newest entry of
@@ -349,8 +349,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="minute whose memory the end is compared with (default 5)")
     p.add_argument("--bootstrap-servers", default=None,
                    help="an existing broker; default: start an embedded one in a temp folder")
-    p.add_argument("--state-layout", choices=("snapshot", "log"),
-                   help="revise run --state-layout (default: revise's own)")
     p.add_argument("--delta-log-retention", default=None, metavar="DUR",
                    help="revise run --delta-log-retention (default: not given, Delta's 30 days)")
     p.add_argument("--start-timeout-s", type=float, default=600.0,
@@ -390,7 +388,6 @@ def main(argv: Sequence[str] | None = None) -> int:
              "--dead-letter-topic", topics["dead"], "--delta-path", str(work / "delta"),
              "--checkpoint", str(checkpoint), "--query-id", f"soak-{tag}",
              "--window", args.window, "--grace", f"{args.grace_ms}ms",
-             *(["--state-layout", args.state_layout] if args.state_layout else []),
              *(["--delta-log-retention", args.delta_log_retention]
                if args.delta_log_retention else [])],
             cwd=work, log=work / "job.log")

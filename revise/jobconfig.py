@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -25,31 +24,19 @@ from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
     "CHECKPOINT_META", "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "EMIT_POLICY_KEY",
-    "DEFAULT_STATE_LAYOUT", "DEFAULT_TRIGGER_MS", "STAGE_DIR", "STATE_LAYOUTS",
-    "STATE_LAYOUT_KEY",
-    "UNRECORDED_STATE_LAYOUT", "JobConfig", "checkpoint_fingerprint", "checkpoint_layout",
-    "recorded_layout",
+    "DEFAULT_TRIGGER_MS", "STAGE_DIR", "STATE_LAYOUT", "STATE_LAYOUT_KEY", "JobConfig",
+    "check_state_layout", "checkpoint_fingerprint",
 ]
 
 DEFAULT_SHARDS = 8
 """Keys are hashed into this many shards; one Python call per shard per micro-batch."""
 
 STATE_LAYOUT_KEY = "state_layout"
-STATE_LAYOUTS = ("snapshot", "log")
-"""How the stateful operator stores a shard (``--state-layout``, ``revise.spark.operator``):
-``snapshot`` (one snapshot per shard, ``applyInPandasWithState``) or ``log`` (a base
-snapshot and a log of steps, ``transformWithStateInPandas``, ``revise.spark.shard_state``).
-``log`` is recorded in the checkpoint's ``revise-job.json`` under :data:`STATE_LAYOUT_KEY`; a
-checkpoint without the key is :data:`UNRECORDED_STATE_LAYOUT`."""
-UNRECORDED_STATE_LAYOUT = "snapshot"
-"""The layout of a checkpoint that records none: every checkpoint written before ``log``
-existed, and every ``snapshot`` one since (so that those restart with an unchanged
-fingerprint)."""
-DEFAULT_STATE_LAYOUT = "log"
-"""The layout of a new checkpoint when ``--state-layout`` is not given (``snapshot`` until
-2026-11-26, when Spark 4.2.1 stopped leaking a socket per task of its operator): its
-checkpoint and state work follow the records and windows a micro-batch touches, and it
-answered sooner at 1,000 and 10,000 records/s (docs/lab/benchmarks-diary.md)."""
+STATE_LAYOUT = "log"
+"""How the stateful operator stores a shard (``revise.spark.operator``): a base snapshot and a
+log of steps (``revise.spark.shard_state``). Recorded in every checkpoint's ``revise-job.json``
+under :data:`STATE_LAYOUT_KEY`; a checkpoint without it, or with another value, holds its state
+in a form this version does not read (:func:`check_state_layout`)."""
 EMIT_POLICY_KEY = "emit_policy"
 """Recorded as ``on`` in a checkpoint's fingerprint when the job has an emit policy
 (``--emit-min-change`` / ``--emit-every``: its state keeps last emitted revisions); absent
@@ -72,22 +59,26 @@ def checkpoint_fingerprint(checkpoint: str) -> dict[str, object] | None:
     return have
 
 
-def recorded_layout(fingerprint: Mapping[str, object]) -> str:
-    """The state layout a checkpoint's fingerprint records.
+def check_state_layout(checkpoint: str) -> None:
+    """Refuse an existing checkpoint whose state is not in the :data:`STATE_LAYOUT` layout.
 
-    :data:`UNRECORDED_STATE_LAYOUT` when it records none.
-    """
-    return str(fingerprint.get(STATE_LAYOUT_KEY, UNRECORDED_STATE_LAYOUT))
+    Reads only ``revise-job.json``, so ``revise run`` calls it before any Kafka client or Spark
+    starts. A new checkpoint (no ``revise-job.json``) passes.
 
-
-def checkpoint_layout(checkpoint: str) -> str | None:
-    """The state layout of the existing checkpoint at ``checkpoint``; None for a new one.
-
-    What a run without ``--state-layout`` uses, so that a restart needs no layout option
-    whichever layout the checkpoint was started with.
+    Raises:
+        ConfigError: The checkpoint records no layout (one snapshot per shard, written by an
+            earlier revise) or another one.
     """
     have = checkpoint_fingerprint(checkpoint)
-    return None if have is None else recorded_layout(have)
+    if have is None or have.get(STATE_LAYOUT_KEY) == STATE_LAYOUT:
+        return
+    had = have.get(STATE_LAYOUT_KEY, "snapshot")
+    msg = (
+        f"--checkpoint {checkpoint} was written by the {had} state layout, which this version "
+        "no longer reads: start the job with a new --checkpoint and --query-id (its Delta "
+        "tables and changelog can stay), or finish it with the revise version that wrote it"
+    )
+    raise ConfigError(msg)
 
 
 DEFAULT_TRIGGER_MS = 500
@@ -131,8 +122,6 @@ class JobConfig:
         shuffle_partitions: ``spark.sql.shuffle.partitions`` of a new checkpoint (the stateful
             operator's task count per micro-batch); None: the shard count, at most the
             session's own setting. Spark keeps a checkpoint's first value on restarts.
-        state_layout: How the operator stores a shard, one of :data:`STATE_LAYOUTS`; fixed
-            for the life of a checkpoint.
         key_field: JSON field of the key; a dotted path (``payload.user.id``) reads a nested
             object; several comma-separated fields (``store,region``) group by all of them
             (the key is then a JSON array text, docs/FIELDS.md).
@@ -175,7 +164,6 @@ class JobConfig:
     once: bool = False
     shards: int = DEFAULT_SHARDS
     shuffle_partitions: int | None = None
-    state_layout: str = DEFAULT_STATE_LAYOUT
     key_field: str = "key"
     ts_field: str = "ts"
     value_field: str = "value"
@@ -213,10 +201,6 @@ class JobConfig:
             raise ConfigError(msg)
         if self.shards < 1:
             msg = f"--shards must be >= 1, got {self.shards}"
-            raise ConfigError(msg)
-        if self.state_layout not in STATE_LAYOUTS:
-            msg = (f"--state-layout must be one of {', '.join(STATE_LAYOUTS)}, "
-                   f"got {self.state_layout!r}")
             raise ConfigError(msg)
         if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
             msg = f"--shuffle-partitions must be >= 1, got {self.shuffle_partitions}"
@@ -311,8 +295,8 @@ class JobConfig:
         """What a checkpoint is tied to: changing any of these needs a new checkpoint.
 
         Today's options give today's keys and values, so existing checkpoints still restart;
-        ``--state-layout log`` is recorded under :data:`STATE_LAYOUT_KEY` (a checkpoint of the
-        other layout cannot restart: ``revise.spark.driver`` says so). The ``FN(FIELD)`` form
+        the state layout is recorded under :data:`STATE_LAYOUT_KEY` (a checkpoint without it
+        cannot restart: :func:`check_state_layout`). The ``FN(FIELD)`` form
         records the whole ``--aggs`` text and a non-default ``--ts-format`` is recorded under
         its own key. An emit policy (``--emit-min-change`` / ``--emit-every``) is recorded as
         ``emit_policy: on``, without its thresholds: those may change on a restart.
@@ -332,8 +316,7 @@ class JobConfig:
         }
         if self.ts_format != "epoch_ms":
             out["ts_format"] = self.ts_format
-        if self.state_layout != UNRECORDED_STATE_LAYOUT:
-            out[STATE_LAYOUT_KEY] = self.state_layout
+        out[STATE_LAYOUT_KEY] = STATE_LAYOUT
         if e.emit_policy is not None:  # the state keeps last emitted revisions; not the values
             out[EMIT_POLICY_KEY] = "on"
         return out

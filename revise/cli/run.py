@@ -25,10 +25,8 @@ from revise.config import parse_mode
 from revise.jobconfig import (
     DEFAULT_DELTA_COMMIT_INTERVAL_MS,
     DEFAULT_SHARDS,
-    DEFAULT_STATE_LAYOUT,
-    STATE_LAYOUTS,
     JobConfig,
-    checkpoint_layout,
+    check_state_layout,
 )
 from revise.kafka_config import (
     KafkaSettings,
@@ -82,12 +80,6 @@ def add_parser(sub: Any) -> None:
                    help="process the input available at start, close every window, stop")
     p.add_argument("--shards", type=int, default=DEFAULT_SHARDS,
                    help="key shards (fixed per checkpoint)")
-    p.add_argument("--state-layout", choices=STATE_LAYOUTS,
-                   help="how the engine's state is kept (fixed for a checkpoint): snapshot "
-                        "(one snapshot per shard, rewritten by each micro-batch that touches "
-                        "it) or log (a base snapshot plus a log of each micro-batch's records: "
-                        "checkpoint bytes follow the input); default: the checkpoint's own, "
-                        f"{DEFAULT_STATE_LAYOUT} for a new one")
     p.add_argument("--shuffle-partitions", type=int,
                    help="stateful tasks per micro-batch of a new checkpoint (default: --shards, "
                         "at most the session's spark.sql.shuffle.partitions)")
@@ -129,7 +121,6 @@ def job_config_from_args(args: argparse.Namespace,
         once=bool(args.once),
         shards=maybe_int(args.shards, "--shards") or DEFAULT_SHARDS,
         shuffle_partitions=maybe_int(args.shuffle_partitions, "--shuffle-partitions"),
-        state_layout=args.state_layout or checkpoint_layout(checkpoint) or DEFAULT_STATE_LAYOUT,
         key_field=args.key_field,
         ts_field=args.ts_field,
         value_field=args.value_field,
@@ -205,8 +196,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(render_client_configs(settings, revise_client_configs(
             settings, query_id=args.query_id, producer_defaults=DEFAULT_PRODUCER_CONFIG)))
         return 0
-    # Options first (exit 2 with the fix), before any Kafka client or Spark starts.
-    job_config_from_args(args, KafkaSettings(None).with_bootstrap("options-check:0"))
+    # Options and the checkpoint's state layout first (exit 2 with the fix), before any Kafka
+    # client or Spark starts.
+    options = job_config_from_args(args, KafkaSettings(None).with_bootstrap("options-check:0"))
+    check_state_layout(options.checkpoint)
     if not args.once:  # $REVISE_DRIVER_START_HEAP / $REVISE_DRIVER_MEMORY are options too
         from revise.spark.session import long_run_conf
 

@@ -42,8 +42,8 @@ from revise.jobconfig import (
     EMIT_POLICY_KEY,
     STAGE_DIR,
     JobConfig,
+    check_state_layout,
     checkpoint_fingerprint,
-    recorded_layout,
 )
 from revise.ops.metrics import JobMetrics
 from revise.ops.runfile import RunFile, RunInfo
@@ -77,18 +77,10 @@ log = logging.getLogger("revise.job")
 
 def _check_checkpoint(cfg: JobConfig) -> None:
     """Refuse a checkpoint written under settings that change the state's meaning."""
+    check_state_layout(cfg.checkpoint)
     want = cfg.fingerprint()
     have = checkpoint_fingerprint(cfg.checkpoint)
     if have is not None:
-        had = recorded_layout(have)
-        if had != cfg.state_layout:
-            msg = (
-                f"--checkpoint {cfg.checkpoint} holds state in the {had!r} layout, and this run "
-                f"asks for --state-layout {cfg.state_layout}: run it with --state-layout {had}, "
-                "or start a new --checkpoint (and --query-id), which reads the input topic from "
-                "its earliest offset and rebuilds the windows"
-            )
-            raise ConfigError(msg)
         # recorded only when on: a policy turned off differs too
         keys = [*want, *([EMIT_POLICY_KEY] if EMIT_POLICY_KEY not in want else [])]
         diff = {k: (have.get(k), want.get(k)) for k in keys if have.get(k) != want.get(k)}

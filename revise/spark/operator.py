@@ -1,28 +1,20 @@
 """The stateful operator: the revision engine inside Spark.
 
-Two operators, one per state layout (``JobConfig.state_layout``); Spark calls either once per
-shard and micro-batch in which the shard has rows or the watermark reached its next closing
-window, never for an idle shard with nothing due, whose stored state it then neither reads nor
-rewrites:
-
-- ``snapshot``: :func:`make_state_fn` under ``applyInPandasWithState`` with an
-  event-time timeout restores the shard's :class:`~revise.engine.Engine` from its one
-  snapshot in Spark's state store, applies the batch, and stores the whole new snapshot;
-- ``log`` (the default for a new checkpoint): :class:`ShardProcessor` under
-  ``transformWithStateInPandas`` with event-time timers gets the Python worker's cached
-  engine when it matches the stored state (else rebuilds it from a base snapshot and a log of
-  steps, ``revise.spark.shard_state``), applies the batch, and appends the step — bytes that
-  follow the records, not the state.
-
-Both apply the batch against Spark's global watermark and return its revisions, too-late
-records and dead letters as a few rows holding Arrow IPC streams, written by
+:class:`ShardProcessor`, under ``transformWithStateInPandas`` with event-time timers. Spark
+calls it once per shard and micro-batch in which the shard has rows or the watermark reached
+its next closing window, never for an idle shard with nothing due, whose stored state it then
+neither reads nor rewrites. It gets the Python worker's cached engine when it matches the
+stored state (else rebuilds it from a base snapshot and a log of steps,
+``revise.spark.shard_state``), applies the batch against Spark's global watermark, and appends
+the step — bytes that follow the records, not the state. It returns the batch's revisions,
+too-late records and dead letters as a few rows holding Arrow IPC streams, written by
 :func:`revise.spark.output.encode_output` (the driver decodes them with
 :func:`~revise.spark.output.decode_output`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -53,8 +45,7 @@ from revise.spark.tws_input import install as _install_columnar_input
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql.streaming.state import GroupState
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType
 
 try:  # the workers and the driver have pyspark; the engine's own tests need not
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor as _StatefulProcessor
@@ -69,15 +60,7 @@ __all__ = [
     "LEGACY_COLUMNS",
     "InputColumns",
     "ShardProcessor",
-    "make_state_fn",
-    "state_type",
 ]
-
-def state_type() -> StructType:
-    """The state of :func:`make_state_fn` (the ``snapshot`` layout): one snapshot per shard."""
-    from pyspark.sql.types import BinaryType, StructType
-
-    return StructType().add("snapshot", BinaryType())
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,43 +97,6 @@ LEGACY_COLUMNS: Final = InputColumns((("value", "value"),), ())
 _INPUT_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("key", object), ("ts_ms", np.int64), ("partition", np.int32), ("offset", np.int64),
 )
-
-
-def make_state_fn(
-    engine_cfg: EngineConfig, topic: str, fields: InputColumns = LEGACY_COLUMNS,
-) -> Callable[[Any, Iterator[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]:
-    """The per-shard function Spark calls for a shard with rows or with a window due to close.
-
-    ``fields`` names the aggregated input columns (``revise.spark.stream.input_columns``).
-    It restores the shard's engine from its snapshot, applies the batch's records against the
-    watermark Spark gives (the same for every shard), handles a close-all command, emits the
-    revisions, too-late records and dead letters (:func:`encode_output`), and stores the new
-    snapshot with an event-time timeout at the watermark that closes its next window
-    (:attr:`~revise.engine.Engine.next_close_ms`) — or drops the state when no window is open.
-    """
-    schema = revision_schema(engine_cfg.aggregates)
-
-    def fn(key: Any, pdfs: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
-        step, dead = _read_step(pdfs, topic, fields, int(state.getCurrentWatermarkMs()),
-                                int(state.getCurrentProcessingTimeMs()))
-        engine = Engine.build(engine_cfg, state.get[0] if state.exists else None)
-        chunks = _apply(engine, step, dead, schema, int(key[0]))
-        due = engine.next_close_ms
-        if due is not None:
-            state.update((engine.snapshot(),))
-            # Called again when the watermark passes due - 1, i.e. reaches due (Spark times a
-            # group out when its timestamp < the watermark), or when rows come.
-            state.setTimeoutTimestamp(max(1, due - 1))
-        elif engine.sealed:
-            # Nothing open, but closed-by-close-all windows must stay closed: keep the
-            # (tiny) snapshot that remembers it, without a timeout.
-            state.update((engine.snapshot(),))
-        elif state.exists:
-            state.remove()
-        if chunks is not None:
-            yield chunks
-
-    return fn
 
 
 class ShardProcessor(_StatefulProcessor):

@@ -9,8 +9,7 @@
                       │ withWatermark(event_time, watermark_delay)  → Spark's global watermark
                       │ shard = pmod(xxhash64(key), shards)
                       ▼
-      groupBy(shard).applyInPandasWithState(EventTimeTimeout)      — revise.spark.operator
-        (--state-layout log: .transformWithStateInPandas(EventTime timers))
+      groupBy(shard).transformWithStateInPandas(EventTime timers)  — revise.spark.operator
 
 Bad input is sharded by offset (it has no usable key) and goes through the operator too, so
 the dead letters leave in the same micro-batch output as the revisions. The control source
@@ -28,8 +27,6 @@ from revise.spark.operator import (
     LEGACY_COLUMNS,
     InputColumns,
     ShardProcessor,
-    make_state_fn,
-    state_type,
 )
 from revise.spark.output import output_type
 from revise.spark.parse import classify
@@ -67,7 +64,6 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
-    from pyspark.sql.streaming.state import GroupStateTimeout
 
     reader = (
         kafka_input(spark.readStream, cfg)
@@ -112,16 +108,11 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         .withWatermark("event_time", f"{cfg.engine.watermark_delay_ms} milliseconds")
     )
     shards = _keep_late_rows(events, cfg.engine.watermark_delay_ms).groupBy("shard")
-    if cfg.state_layout == "log":
-        processor = ShardProcessor(cfg.engine, cfg.input_topic, fields,
-                                   token=f"{cfg.query_id}@{cfg.checkpoint}")
-        return shards.transformWithStateInPandas(
-            statefulProcessor=processor, outputStructType=output_type(), outputMode="Update",
-            timeMode="EventTime",
-        )
-    return shards.applyInPandasWithState(
-        make_state_fn(cfg.engine, cfg.input_topic, fields), output_type(), state_type(), "Update",
-        GroupStateTimeout.EventTimeTimeout,
+    processor = ShardProcessor(cfg.engine, cfg.input_topic, fields,
+                               token=f"{cfg.query_id}@{cfg.checkpoint}")
+    return shards.transformWithStateInPandas(
+        statefulProcessor=processor, outputStructType=output_type(), outputMode="Update",
+        timeMode="EventTime",
     )
 
 
@@ -132,13 +123,12 @@ LATE_GUARD_MS = 2**53
 def _keep_late_rows(events: DataFrame, delay_ms: int) -> DataFrame:
     """``events`` with ``event_time`` replaced by a constant the watermark never reaches.
 
-    With an event-time timeout (or, for ``transformWithStateInPandas``, event-time timers)
-    Spark drops every input row of the stateful operator whose watermarked column is at or
-    behind the watermark, before the function sees it; revise must see those rows (LATE
-    revisions, too-late records). The watermark itself is computed upstream, by
-    ``withWatermark`` on the real event time; the operator only needs *a* column carrying the
-    watermark's metadata (``spark.watermarkDelayMs``) to enable event-time timeouts or timers
-    and the function's watermark. This one is a BIGINT that is never behind it, so
+    With event-time timers, ``transformWithStateInPandas`` drops every input row whose
+    watermarked column is at or behind the watermark, before the processor sees it; revise
+    must see those rows (LATE revisions, too-late records). The watermark itself is computed
+    upstream, by ``withWatermark`` on the real event time; the operator only needs *a* column
+    carrying the watermark's metadata (``spark.watermarkDelayMs``) to enable event-time
+    timers and the processor's watermark. This one is a BIGINT that is never behind it, so
     Spark's filter keeps every row (pinned by tests/integration/test_spark_semantics.py).
     """
     from pyspark.sql import functions as F

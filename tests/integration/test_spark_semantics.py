@@ -1,18 +1,17 @@
 """Pins the Spark behaviour the job is built on (Spark 4.2, see revise/spark/driver.py's docstring).
 
-Both stateful operators on a query with ``withWatermark`` — ``applyInPandasWithState`` with
-``EventTimeTimeout`` (``--state-layout snapshot``, the default) and ``transformWithStateInPandas``
-with ``timeMode="EventTime"`` (``--state-layout log``):
+The stateful operator, ``transformWithStateInPandas`` with ``timeMode="EventTime"``, on a
+query with ``withWatermark``:
 
-1. rows far behind the watermark still reach the function: Spark drops late rows for
-   event-time timeouts and timers, but only by the watermarked column of the operator's
+1. rows far behind the watermark still reach the processor: Spark drops late rows for
+   event-time timers, but only by the watermarked column of the operator's
    input, which ``revise.spark.stream._keep_late_rows`` replaces with one the watermark never
    reaches; revision mode must never lose a late record to Spark's own filter;
-2. the function's watermark (``getCurrentWatermarkMs()``, ``getCurrentWatermarkInMs()``) is
+2. the processor's watermark (``getCurrentWatermarkInMs()``) is
    one global watermark, the max event time of all earlier micro-batches (every partition,
    every shard) minus the delay, the same in every shard;
 3. a shard that holds state but receives no rows is still called once the watermark reaches
-   its timeout or timer (its next window's end + grace), so its windows close while its
+   its timer (its next window's end + grace), so its windows close while its
    input is quiet;
 4. a micro-batch without new input runs only when the watermark moved;
 5. the stateful tasks leave no socket behind (Spark 4.2.0's ``transformWithStateInPandas``
@@ -34,7 +33,6 @@ A's FINAL would wait for the batch that closes every window.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -59,10 +57,9 @@ def _keys_in_two_shards(spark, shards: int = 2) -> tuple[str, str]:
     return first["k"], other["k"]
 
 
-@pytest.mark.parametrize("layout", ["snapshot", "log"])
-def test_late_rows_global_watermark_and_idle_shards(job_setup, spark, layout):
+def test_late_rows_global_watermark_and_idle_shards(job_setup, spark):
     a, c = _keys_in_two_shards(spark)
-    setup = job_setup(f"semantics-{layout}", partitions=1, window="tumbling:10s", grace_ms=GRACE,
+    setup = job_setup("semantics", partitions=1, window="tumbling:10s", grace_ms=GRACE,
                       shards=2, max_records_per_batch=2)
     events = [
         (a, T + 1_000), (c, T + 50_000),
@@ -74,8 +71,7 @@ def test_late_rows_global_watermark_and_idle_shards(job_setup, spark, layout):
                    for i, (k, ts) in enumerate(events)], partition=0)
 
     sockets_before = _close_wait_sockets(spark, setup.bootstrap)
-    run_job(dataclasses.replace(setup.job_config(), state_layout=layout), spark=spark,
-            timeout_s=300)
+    run_job(setup.job_config(), spark=spark, timeout_s=300)
 
     batches = spark_batches(setup.checkpoint, setup.input_topic)
     assert [b.kafka_end[0] for b in batches[:4]] == [2, 4, 6, 7], "unexpected batch split"
@@ -95,8 +91,8 @@ def test_late_rows_global_watermark_and_idle_shards(job_setup, spark, layout):
         (2, 2, "FINAL", 2, 1, 45_000, T + 100_000),
     ]
     # (4) Spark runs a micro-batch without new input only when the watermark moved (the
-    # event-time timeout's rule, SPEC 3's closing rule): an idle job does not spin through
-    # empty micro-batches, as it did under a processing-time timeout.
+    # event-time timers' rule, SPEC 3's closing rule): an idle job does not spin through
+    # empty micro-batches.
     for prev, b in zip(batches, batches[1:], strict=False):
         if (b.kafka_end, b.control) == (prev.kafka_end, prev.control):
             assert b.watermark_ms > prev.watermark_ms, (prev, b)
@@ -121,7 +117,7 @@ def test_late_rows_global_watermark_and_idle_shards(job_setup, spark, layout):
     # ~9,500 micro-batches to "Too many open files" in an unbounded one. 4.2.1 closes them.
     stateful_tasks = len(batches) * 2
     assert stateful_tasks >= 8
-    assert _close_wait_sockets(spark, setup.bootstrap) - sockets_before < 2, layout
+    assert _close_wait_sockets(spark, setup.bootstrap) - sockets_before < 2
 
 
 def _close_wait_sockets(spark, bootstrap: str) -> int:

@@ -36,7 +36,7 @@ def test_todays_options_keep_todays_parser_schema_and_fingerprint():
         "query_id": "q", "input_topic": "in", "window": "tumbling:1d", "grace_ms": 1000,
         "watermark_delay_ms": 0, "aggs": ["count", "sum", "min", "max", "mean"],
         "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"],
-        STATE_LAYOUT_KEY: "log"}  # a new checkpoint's default layout, recorded
+        STATE_LAYOUT_KEY: "log"}  # the state layout, recorded
     assert config("--aggs", "count,max", "--value-field", "v").legacy_input
     # A nested value field keeps the bare form's columns but needs the general parser.
     nested = config("--value-field", "payload.amount")
@@ -161,59 +161,46 @@ def test_delta_log_retention_is_unset_by_default_and_reads_the_option_and_enviro
         config("--delta-log-retention", "59s")
 
 
-def test_a_checkpoint_keeps_its_state_layout(tmp_path):
+def test_a_checkpoint_records_its_state_layout_and_restarts(tmp_path):
     import dataclasses
 
     from revise.spark.driver import _check_checkpoint
 
-    # snapshot is not recorded: checkpoints from before --state-layout restart.
-    assert STATE_LAYOUT_KEY not in config("--state-layout", "snapshot").fingerprint()
-    assert config("--state-layout", "log").fingerprint()[STATE_LAYOUT_KEY] == "log"
-    snap = dataclasses.replace(config("--state-layout", "snapshot"),
-                               checkpoint=str(tmp_path / "snap"))
-    _check_checkpoint(snap)
-    _check_checkpoint(snap)  # restarts
-    log = dataclasses.replace(config("--state-layout", "log"), checkpoint=str(tmp_path / "log"))
-    _check_checkpoint(log)
+    cfg = dataclasses.replace(config(), checkpoint=str(tmp_path / "log"))
+    _check_checkpoint(cfg)
     assert json.loads((tmp_path / "log" / "revise-job.json").read_text())[STATE_LAYOUT_KEY] == (
         "log")
-    _check_checkpoint(log)
-    # Either way round, the other layout is refused with what to do.
-    with pytest.raises(ConfigError, match="'snapshot' layout.*--state-layout log.*run it with "
-                                          "--state-layout snapshot"):
-        _check_checkpoint(dataclasses.replace(log, checkpoint=snap.checkpoint))
-    with pytest.raises(ConfigError, match="'log' layout.*--state-layout snapshot.*new --checkp"):
-        _check_checkpoint(dataclasses.replace(snap, checkpoint=log.checkpoint))
-    with pytest.raises(ConfigError, match="--state-layout must be one of snapshot, log"):
-        dataclasses.replace(snap, state_layout="rows")
+    _check_checkpoint(cfg)  # restarts
 
 
-def test_a_run_without_state_layout_takes_its_checkpoints(tmp_path, monkeypatch):
-    from revise.jobconfig import DEFAULT_STATE_LAYOUT
+@pytest.mark.parametrize("recorded", [None, "snapshot"])
+def test_a_snapshot_layout_checkpoint_is_refused_before_kafka_with_what_to_do(tmp_path,
+                                                                                recorded):
+    import dataclasses
+
     from revise.spark.driver import _check_checkpoint
 
-    monkeypatch.delenv("REVISE_STATE_LAYOUT", raising=False)
-    new = config("--checkpoint", str(tmp_path / "new"))
-    assert new.state_layout == DEFAULT_STATE_LAYOUT == "log"
-    # A checkpoint from before --state-layout existed (no key): snapshot, as it was written.
-    (tmp_path / "old").mkdir()
-    (tmp_path / "old" / "revise-job.json").write_text(json.dumps(
-        {k: v for k, v in new.fingerprint().items() if k != STATE_LAYOUT_KEY}))
-    old = config("--checkpoint", str(tmp_path / "old"))
-    assert old.state_layout == "snapshot"
-    _check_checkpoint(old)
-    for layout in ("log", "snapshot"):
-        first = config("--checkpoint", str(tmp_path / layout), "--state-layout", layout)
-        _check_checkpoint(first)
-        restart = config("--checkpoint", str(tmp_path / layout))  # no --state-layout
-        assert restart.state_layout == layout
-        _check_checkpoint(restart)  # not refused
-        assert restart.fingerprint() == first.fingerprint()
-    # Given, the option still wins, and the checkpoint refuses the other layout.
-    other = config("--checkpoint", str(tmp_path / "log"), "--state-layout", "snapshot")
-    assert other.state_layout == "snapshot"
-    with pytest.raises(ConfigError, match="'log' layout"):
-        _check_checkpoint(other)
+    fingerprint = {k: v for k, v in config().fingerprint().items() if k != STATE_LAYOUT_KEY}
+    if recorded is not None:
+        fingerprint[STATE_LAYOUT_KEY] = recorded
+    checkpoint = tmp_path / "old"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "revise-job.json").write_text(json.dumps(fingerprint))
+    (checkpoint / "offsets" / "0").write_text("v1\n")
+    argv = [*BASE, "--checkpoint", str(checkpoint)]
+    # The broker address is a closed port: the refusal comes before any Kafka client.
+    proc = subprocess.run([sys.executable, "-m", "revise", *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False, env=_env())
+    assert proc.returncode == 2, proc.stderr
+    assert "written by the snapshot state layout, which this version no longer reads" in (
+        proc.stderr)
+    assert "new --checkpoint and --query-id" in proc.stderr
+    assert "finish it with the revise version that wrote it" in proc.stderr
+    assert "Kafka" not in proc.stderr
+    # run_job's preflight refuses it too, and leaves the checkpoint as it was.
+    with pytest.raises(ConfigError, match="snapshot state layout"):
+        _check_checkpoint(dataclasses.replace(config(), checkpoint=str(checkpoint)))
+    assert json.loads((checkpoint / "revise-job.json").read_text()) == fingerprint
 
 
 def test_an_unbounded_run_keeping_delta_logs_for_days_is_told_of_the_option():
