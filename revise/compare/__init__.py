@@ -2,7 +2,9 @@
 
 The package, by concern: :mod:`~revise.compare.config` (what to run), :mod:`~revise.compare.run`
 (the two runs and the figures), :mod:`~revise.compare.metrics` (pure pandas/numpy metrics),
-:mod:`~revise.compare.report` (results, the table, JSON/CSV/Delta output),
+:mod:`~revise.compare.results` (the figures of a comparison), :mod:`~revise.compare.sweep`
+(``--sweep``: settings replayed offline), :mod:`~revise.compare.report` (the table,
+JSON/CSV/Delta output),
 :mod:`~revise.compare.plots` (matplotlib). The command line is :mod:`revise.cli.compare`.
 
 What it does, in order:
@@ -56,7 +58,8 @@ at +1 s), and its FINAL at watermark 15000 (+5 s); watermark mode emits only tha
 from __future__ import annotations
 
 from revise.compare.config import MODES, CompareConfig
-from revise.compare.report import Comparison, ModeReport, format_table
+from revise.compare.report import format_table
+from revise.compare.results import Comparison, ModeReport
 from revise.compare.run import run_compare
 
 __all__ = ["MODES", "CompareConfig", "Comparison", "ModeReport", "format_table", "run_compare"]

@@ -8,17 +8,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from revise.compare.results import PLOTS, SWEEP_PLOT, Comparison
 from revise.vocab import MODES
 
 if TYPE_CHECKING:
-    from revise.compare.report import Comparison
     from revise.compare.sweep import SweepPoint
 
-__all__ = ["PLOTS", "SWEEP_PLOT", "plot", "plot_sweep"]
-
-PLOTS: tuple[str, ...] = ("latency_cdf.png", "accuracy_over_time.png", "revisions_per_window.png")
-SWEEP_PLOT = "sweep.png"
-"""The figure of ``--sweep``: one point per setting."""
+__all__ = ["plot", "plot_sweep"]
 
 
 # Longer than ~60 lines: three figures drawn one after the other; splitting would only

@@ -27,7 +27,8 @@ from revise.compare.metrics import (
     wallclock_latency,
     window_summary,
 )
-from revise.compare.report import Comparison, ModeReport, write
+from revise.compare.report import write
+from revise.compare.results import Comparison, ModeReport
 from revise.compare.sweep import recommend, run_sweep, sweep_settings
 from revise.config import WindowSpec
 from revise.errors import ReviseError
