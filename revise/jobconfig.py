@@ -19,7 +19,7 @@ import pyarrow as pa
 from revise.config import EngineConfig
 from revise.errors import ConfigError
 from revise.inputspec import KAFKA_TIMESTAMP, InputSpec, parse_key_fields
-from revise.kafka_config import KafkaSettings
+from revise.kafka import KafkaSettings
 from revise.records import revision_schema
 from sinks.delta_layout import MIN_LOG_RETENTION_MS
 

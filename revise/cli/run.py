@@ -30,7 +30,7 @@ from revise.jobconfig import (
     JobConfig,
     checkpoint_layout,
 )
-from revise.kafka_config import (
+from revise.kafka import (
     KafkaSettings,
     add_kafka_arguments,
     render_client_configs,

@@ -14,7 +14,7 @@ import shutil
 
 from revise.errors import ReviseError
 from revise.jobconfig import JobConfig
-from revise.kafka_errors import explain_kafka_error
+from revise.kafka import explain_kafka_error
 from revise.spark.spark_log import last_entry
 from sinks.kafka import ProducerFencedError
 from sinks.kafka.admin import topic_exists
@@ -30,7 +30,7 @@ __all__ = [
 
 _LOW_SPACE_BYTES = 16 * 1024 * 1024
 _ACCESS_KINDS = ("authentication failed", "not authorized", "TLS handshake failed")
-"""Kinds of :func:`~revise.kafka_errors.explain_kafka_error` that name an access problem."""
+"""Kinds of :func:`~revise.kafka.errors.explain_kafka_error` that name an access problem."""
 
 
 class JobError(ReviseError, RuntimeError):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from revise.config import EngineConfig, WindowSpec
 from revise.jobconfig import JobConfig
-from revise.kafka_config import KafkaSettings
-from revise.redact import Redactor
+from revise.kafka.redact import Redactor
+from revise.kafka.settings import KafkaSettings
 from revise.spark.failures import (
     checkpoint_taken_over,
     failure_message,
