@@ -7,15 +7,14 @@ own settings (window, grace, delay, aggregates, mode, query id) live in
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pyarrow as pa
 
+from revise.checkpoint import checkpoint_fingerprint
 from revise.config import EngineConfig
 from revise.errors import ConfigError
 from revise.inputspec import KAFKA_TIMESTAMP, InputSpec, parse_key_fields
@@ -24,10 +23,10 @@ from revise.records import revision_schema
 from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
-    "CHECKPOINT_META", "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "EMIT_POLICY_KEY",
-    "DEFAULT_STATE_LAYOUT", "DEFAULT_TRIGGER_MS", "STAGE_DIR", "STATE_LAYOUTS",
+    "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "EMIT_POLICY_KEY",
+    "DEFAULT_STATE_LAYOUT", "DEFAULT_TRIGGER_MS", "STATE_LAYOUTS",
     "STATE_LAYOUT_KEY",
-    "UNRECORDED_STATE_LAYOUT", "JobConfig", "checkpoint_fingerprint", "checkpoint_layout",
+    "UNRECORDED_STATE_LAYOUT", "JobConfig", "checkpoint_layout",
     "recorded_layout",
 ]
 
@@ -54,22 +53,6 @@ EMIT_POLICY_KEY = "emit_policy"
 """Recorded as ``on`` in a checkpoint's fingerprint when the job has an emit policy
 (``--emit-min-change`` / ``--emit-every``: its state keeps last emitted revisions); absent
 otherwise, so checkpoints from before the options restart unchanged."""
-CHECKPOINT_META = "revise-job.json"
-"""The file in a checkpoint holding its :meth:`JobConfig.fingerprint`."""
-STAGE_DIR = "delta-staged"
-"""The checkpoint's sub-folder where micro-batches wait for their Delta history commit."""
-
-
-def checkpoint_fingerprint(checkpoint: str) -> dict[str, object] | None:
-    """The :meth:`JobConfig.fingerprint` the checkpoint at ``checkpoint`` was started with.
-
-    None for a new checkpoint (no :data:`CHECKPOINT_META` in it yet).
-    """
-    meta = Path(checkpoint) / CHECKPOINT_META
-    if not meta.is_file():
-        return None
-    have: dict[str, object] = json.loads(meta.read_text())
-    return have
 
 
 def recorded_layout(fingerprint: Mapping[str, object]) -> str:

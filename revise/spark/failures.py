@@ -15,7 +15,6 @@ import shutil
 from revise.errors import ReviseError
 from revise.jobconfig import JobConfig
 from revise.kafka import explain_kafka_error
-from revise.spark.spark_log import last_entry
 from sinks.kafka import ProducerFencedError
 from sinks.kafka.admin import topic_exists
 
@@ -24,7 +23,6 @@ __all__ = [
     "checkpoint_taken_over",
     "commit_failure",
     "failure_message",
-    "last_committed_batch",
     "root_cause",
 ]
 
@@ -72,15 +70,6 @@ _TAKEN_OVER = (
     "CONCURRENT_STREAM_LOG_UPDATE",  # the commit log (Spark's error class) ...
     "Multiple streaming jobs detected for",  # ... and its message
 )
-
-
-def last_committed_batch(checkpoint: str) -> int:
-    """The highest batch id in Spark's commit log under ``checkpoint`` (-1: none, or unreadable).
-
-    A failed instance whose checkpoint holds batches it never ran was overtaken by another
-    instance, whatever error text Spark gave it (see :func:`checkpoint_taken_over`).
-    """
-    return last_entry(checkpoint, "commits")
 
 
 def root_cause(text: str) -> str:
