@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchmarks.jvm_threads import JvmThreadCpu
-from revise.kafka_config import SPARK_SOURCE_DEFAULTS
+from revise.kafka import SPARK_SOURCE_DEFAULTS
 
 __all__ = ["main"]
 

@@ -54,7 +54,13 @@ for _p in (REPO / "tests" / "integration", REPO / "tests" / "revise"):
 
 from integration_support import CliRun, JobSetup, check_run  # noqa: E402
 
+from revise.checkpoint import OFFSETS_LOG, control_dir  # noqa: E402
 from revise.generate import GeneratorConfig, generate, produce  # noqa: E402
+from revise.spark.spark_log import (  # noqa: E402
+    batch_offsets,
+    last_committed_batch,
+    last_entry,
+)
 
 __all__ = ["ChaosResult", "Kill", "create_topics", "main", "run_chaos", "use_repo_pythonpath"]
 
@@ -124,22 +130,18 @@ def use_repo_pythonpath() -> None:
 
 def next_batch(checkpoint: str) -> int:
     """The first micro-batch id Spark has not recorded in its commit log."""
-    commits = Path(checkpoint) / "spark" / "commits"
-    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
-    return max(done, default=-1) + 1
+    return last_committed_batch(checkpoint) + 1
 
 
 def _close_files(checkpoint: str) -> int:
-    control = Path(checkpoint) / "control"
+    control = control_dir(checkpoint)
     return len(list(control.glob("close-*.json"))) if control.is_dir() else 0
 
 
 def _planned_control(setup: JobSetup) -> int:
     """The control offset of the last micro-batch in the offset log (-1: none or no file)."""
-    from revise.spark.spark_log import batch_offsets, last_entry
-
     checkpoint = setup.checkpoint
-    return batch_offsets(checkpoint, last_entry(checkpoint, "offsets"), setup.input_topic)[1]
+    return batch_offsets(checkpoint, last_entry(checkpoint, OFFSETS_LOG), setup.input_topic)[1]
 
 
 def create_topics(bootstrap: str, names: Sequence[str], partitions: int) -> None:

@@ -52,6 +52,7 @@ import orjson
 import psutil
 
 from benchmarks.chaos import CliRun, create_topics, use_repo_pythonpath
+from revise.checkpoint import OFFSETS_LOG, spark_log_dir
 
 __all__ = ["Sample", "driver_settings", "main"]
 
@@ -243,7 +244,7 @@ def input_lag(bootstrap: str, topic: str, checkpoint: Path) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
     taken: dict[int, int] = {}
-    offsets = checkpoint / "spark" / "offsets"
+    offsets = spark_log_dir(checkpoint, OFFSETS_LOG)
     ids = sorted((int(p.name) for p in offsets.iterdir() if p.name.isdigit()), reverse=True) \
         if offsets.is_dir() else []
     for bid in ids[:2]:  # the newest may be half-written

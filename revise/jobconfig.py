@@ -7,25 +7,23 @@ own settings (window, grace, delay, aggregates, mode, query id) live in
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pyarrow as pa
 
+from revise.checkpoint import checkpoint_fingerprint
 from revise.config import EngineConfig
 from revise.errors import ConfigError
 from revise.inputspec import KAFKA_TIMESTAMP, InputSpec, parse_key_fields
-from revise.kafka_config import KafkaSettings
+from revise.kafka import KafkaSettings
 from revise.records import revision_schema
 from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
-    "CHECKPOINT_META", "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "EMIT_POLICY_KEY",
-    "DEFAULT_TRIGGER_MS", "STAGE_DIR", "STATE_LAYOUT", "STATE_LAYOUT_KEY", "JobConfig",
-    "check_state_layout", "checkpoint_fingerprint",
+    "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "EMIT_POLICY_KEY",
+    "STATE_LAYOUT", "STATE_LAYOUT_KEY", "JobConfig", "check_state_layout",
 ]
 
 DEFAULT_SHARDS = 8
@@ -41,22 +39,6 @@ EMIT_POLICY_KEY = "emit_policy"
 """Recorded as ``on`` in a checkpoint's fingerprint when the job has an emit policy
 (``--emit-min-change`` / ``--emit-every``: its state keeps last emitted revisions); absent
 otherwise, so checkpoints from before the options restart unchanged."""
-CHECKPOINT_META = "revise-job.json"
-"""The file in a checkpoint holding its :meth:`JobConfig.fingerprint`."""
-STAGE_DIR = "delta-staged"
-"""The checkpoint's sub-folder where micro-batches wait for their Delta history commit."""
-
-
-def checkpoint_fingerprint(checkpoint: str) -> dict[str, object] | None:
-    """The :meth:`JobConfig.fingerprint` the checkpoint at ``checkpoint`` was started with.
-
-    None for a new checkpoint (no :data:`CHECKPOINT_META` in it yet).
-    """
-    meta = Path(checkpoint) / CHECKPOINT_META
-    if not meta.is_file():
-        return None
-    have: dict[str, object] = json.loads(meta.read_text())
-    return have
 
 
 def check_state_layout(checkpoint: str) -> None:

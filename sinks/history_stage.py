@@ -7,14 +7,14 @@ micro-batch in Delta. The changelog must stay per micro-batch (its latency is th
 history tables (``revisions``, ``late``, ``dead_letter``) need not.
 
 :class:`HistoryStage` lets ``DeltaTables.write_batch`` append a micro-batch's history rows at
-once (as before) when the last history commit is at least ``interval_s`` old, and otherwise
+at once when the last history commit is at least ``interval_s`` old, and otherwise
 **stage** them: write them to a local folder (one sub-folder per batch, Arrow IPC files,
-fsync'd, renamed into place), keep them in memory, and commit every staged batch in one Delta
-append per table once the interval has passed since the last commit (or the staged rows reach
-``max_rows``), tagged with the highest batch id: at the next micro-batch, or from the job's
-watch loop (``DeltaTables.commit_due_history``, every 0.2 s) when the input has gone quiet and no
-micro-batch comes. The job's ``latest`` MERGE has its own background cadence
-(``sinks.latest_merge``), at least the same interval apart.
+fsync'd, renamed into place by :func:`sinks.atomic.put_in_place`), keep them in memory, and
+commit every staged batch in one Delta append per table once the interval has passed since the
+last commit (or the staged rows reach ``max_rows``), tagged with the highest batch id: at the
+next micro-batch, or from the job's watch loop (``DeltaTables.commit_due_history``, every 0.2 s)
+when the input has gone quiet and no micro-batch comes. The job's ``latest`` MERGE has its own
+background cadence (``sinks.latest_merge``), at least the same interval apart.
 
 Why it loses nothing: a batch is staged (durable on disk) before the commit returns to Spark,
 so a batch Spark has recorded and will never replay is either in the tables or in the folder.
@@ -41,18 +41,18 @@ appends 11–12 (v12) before Spark's first micro-batch.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from revise.errors import ReviseError
+from sinks.atomic import put_in_place, write_synced
 
 __all__ = ["DEFAULT_INTERVAL_S", "HISTORY_TABLES", "MAX_STAGED_ROWS", "HistoryStage",
            "StagedBatch", "StageError", "staged_on_disk"]
@@ -155,15 +155,10 @@ class HistoryStage:
         tmp.mkdir()
         for name, rows in tables.items():
             if rows.num_rows:
-                _write_synced(tmp / f"{name}.arrow", rows)
-        with (tmp / _META).open("w") as f:
-            f.write(json.dumps({"app_id": app_id, "batch_id": batch_id}))
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(tmp)
+                write_synced(tmp / f"{name}.arrow", _ipc_writer(rows))
+        write_synced(tmp / _META, json.dumps({"app_id": app_id, "batch_id": batch_id}))
         shutil.rmtree(final, ignore_errors=True)  # a replayed batch: same rows
-        tmp.rename(final)
-        _fsync_dir(self.directory)
+        put_in_place(tmp, final)
         self._pending[batch_id] = StagedBatch(app_id, batch_id, dict(tables))
 
     def committed(self) -> None:
@@ -214,22 +209,14 @@ def staged_on_disk(directory: str | Path) -> list[tuple[int, float]]:
         return []
 
 
-def _write_synced(path: Path, rows: pa.Table) -> None:
-    with path.open("wb") as f:
+def _ipc_writer(rows: pa.Table) -> Callable[[BinaryIO], None]:
+    """A writer of ``rows`` as one Arrow IPC file, for :func:`sinks.atomic.write_synced`."""
+    def write(f: BinaryIO) -> None:
         with ipc.new_file(f, rows.schema) as writer:
             writer.write_table(rows)
-        f.flush()
-        os.fsync(f.fileno())
+    return write
 
 
 def _read(path: Path) -> pa.Table:
     with ipc.open_file(pa.memory_map(str(path))) as reader:
         return reader.read_all()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -22,7 +22,7 @@ from revise.cli.args import (
 from revise.cli.kafka import kafka_settings
 from revise.config import parse_duration
 from revise.errors import ConfigError
-from revise.kafka_config import add_kafka_arguments
+from revise.kafka import add_kafka_arguments
 
 if TYPE_CHECKING:  # revise.compare (pandas, the engine, metrics) loads when compare runs
     from revise.compare import CompareConfig

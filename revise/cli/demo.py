@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from revise.cli.kafka import kafka_settings
-from revise.kafka_config import add_kafka_arguments
+from revise.kafka import add_kafka_arguments
 
 __all__ = ["add_parser", "cmd_demo"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from revise.cli.args import add_generator_options, generator_config, maybe_float
 from revise.cli.kafka import kafka_settings
-from revise.kafka_config import add_kafka_arguments
+from revise.kafka import add_kafka_arguments
 
 __all__ = ["add_parser", "cmd_generate"]
 

@@ -1,7 +1,7 @@
 """The Kafka client settings of a subcommand: options, the embedded default, redaction, probe.
 
 Every subcommand that talks to Kafka calls :func:`kafka_settings` once, right after its
-arguments are parsed: it builds the :class:`~revise.kafka_config.KafkaSettings` of
+arguments are parsed: it builds the :class:`~revise.kafka.settings.KafkaSettings` of
 ``--bootstrap-servers`` / ``--kafka-config`` / ``--kafka-option`` (else the embedded broker; a
 secure embedded broker is used as its ``revise`` user), makes every log line redact the
 settings' secrets, and probes the cluster so that an unreachable or refusing cluster ends with
@@ -17,14 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from revise.cli.args import embedded_bootstrap
-from revise.kafka_config import (
+from revise.kafka import (
     ENV_KAFKA_CONFIG,
     KafkaSettings,
+    install_redaction,
     load_kafka_settings,
+    probe_kafka,
     settings_from_args,
 )
-from revise.kafka_errors import probe_kafka
-from revise.redact import RedactingFilter, install_redaction
+from revise.kafka.redact import RedactingFilter
 
 __all__ = ["kafka_settings", "redact_text"]
 
@@ -49,7 +50,7 @@ def kafka_settings(args: argparse.Namespace, *, start: bool = False,
 
     Args:
         args: The parsed command line (with ``--bootstrap-servers`` and the options of
-            :func:`~revise.kafka_config.add_kafka_arguments`).
+            :func:`~revise.kafka.settings.add_kafka_arguments`).
         start: Start the embedded broker when none is running and no address is given.
         topics: Topics whose authorization the probe checks (missing ones are fine).
         probe: Connect and fetch metadata now (False: only build the settings).

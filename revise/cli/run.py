@@ -28,7 +28,7 @@ from revise.jobconfig import (
     JobConfig,
     check_state_layout,
 )
-from revise.kafka_config import (
+from revise.kafka import (
     KafkaSettings,
     add_kafka_arguments,
     render_client_configs,

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from revise.cli.args import duration_type, maybe_duration, maybe_int
-from revise.kafka_config import add_kafka_arguments, settings_from_args
+from revise.kafka import add_kafka_arguments, install_redaction, settings_from_args
 
 __all__ = ["add_parser", "cmd_status"]
 
@@ -44,7 +44,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     from revise.cli.args import absolute_path
     from revise.ops.runfile import read_run_file
     from revise.ops.status import job_status
-    from revise.redact import install_redaction
 
     checkpoint = absolute_path(args.checkpoint)
     info = read_run_file(checkpoint)

@@ -10,7 +10,7 @@ from revise.compare.sweep import SweepGrid
 from revise.config import EngineConfig
 from revise.errors import ConfigError
 from revise.generate import GeneratorConfig
-from revise.kafka_config import KafkaSettings
+from revise.kafka import KafkaSettings
 from revise.vocab import MODES, Mode
 
 __all__ = ["MODES", "CompareConfig"]

@@ -33,7 +33,7 @@ from revise.compare.sweep import recommend, run_sweep, sweep_settings
 from revise.config import WindowSpec
 from revise.errors import ReviseError
 from revise.generate import EventStream
-from revise.kafka_config import KafkaSettings
+from revise.kafka import KafkaSettings
 from revise.query.local import read_table
 from revise.vocab import MAX_TS_MS, WINDOW_BOUNDS
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from revise.config import EngineConfig, WindowSpec
 from revise.generate import GeneratorConfig, generate, produce
 from revise.jobconfig import JobConfig
-from revise.kafka_config import KafkaSettings
+from revise.kafka import KafkaSettings
 
 __all__ = ["run_demo"]
 

@@ -6,7 +6,7 @@ import time
 
 from revise.errors import ReviseError
 from revise.generate.stream import EventStream
-from revise.kafka_config import KafkaSettings
+from revise.kafka import KafkaSettings
 
 __all__ = ["ProduceError", "produce"]
 

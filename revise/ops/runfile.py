@@ -2,8 +2,9 @@
 
 The job (:func:`revise.spark.driver.run_job`) writes it when its query starts and rewrites it
 every :data:`HEARTBEAT_S` seconds from a thread of its own (``heartbeat_ms``), and once more
-when it stops (``state = "stopped"``). Every write goes to a temporary file in the same folder
-and is renamed into place, so a reader sees the old file or the new one, never half of one.
+when it stops (``state = "stopped"``). Every write goes through
+:func:`revise.checkpoint.write_atomic`, so a reader sees the old file or the new one, never half
+of one.
 
 It holds where the job reads and writes (bootstrap servers, topics, the Delta path; never a
 Kafka client setting, which may hold secrets), the driver's pid and host, and the job's
@@ -24,11 +25,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Final
 
-__all__ = ["HEARTBEAT_S", "RUN_FILE", "STALE_S", "Liveness", "RunFile", "RunInfo", "liveness",
+from revise.checkpoint import RUN_FILE, write_atomic
+
+__all__ = ["HEARTBEAT_S", "STALE_S", "Liveness", "RunFile", "RunInfo", "liveness",
            "read_run_file"]
 
-RUN_FILE: Final = "revise-run.json"
-"""The run file's name in the checkpoint folder."""
 HEARTBEAT_S: Final = 5.0
 """Seconds between two heartbeats of a running job."""
 STALE_S: Final = 60.0
@@ -183,9 +184,7 @@ class RunFile:
                 continue
 
     def _write(self, info: RunInfo) -> None:
-        tmp = self.path.with_name(f".{RUN_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(info.to_json())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, info.to_json())
 
 
 def _now_ms() -> int:

@@ -29,8 +29,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from revise.checkpoint import (
+    CHECKPOINT_META,
+    COMMITS_LOG,
+    checkpoint_fingerprint,
+    spark_log_dir,
+    stage_dir,
+)
 from revise.errors import ConfigError
-from revise.jobconfig import CHECKPOINT_META, STAGE_DIR, checkpoint_fingerprint
 from revise.ops.runfile import STALE_S, RunInfo, liveness, read_run_file
 from revise.spark.spark_log import batch_offsets, batch_watermark, last_entry
 from revise.vocab import TABLE_NAMES
@@ -219,8 +225,8 @@ def job_status(checkpoint: str, *, kafka_config: Mapping[str, Any] | None = None
     input_topic = str(fingerprint.get("input_topic") or "") or None
     errors: list[str] = []
 
-    last = last_entry(checkpoint, "commits")
-    last_at = _mtime_ms(Path(checkpoint) / "spark" / "commits" / str(last)) if last >= 0 else None
+    last = last_entry(checkpoint, COMMITS_LOG)
+    last_at = _mtime_ms(spark_log_dir(checkpoint, COMMITS_LOG) / str(last)) if last >= 0 else None
     watermark = batch_watermark(checkpoint, last) if last >= 0 else None
     read, _control = (batch_offsets(checkpoint, last, input_topic)
                       if last >= 0 and input_topic else (None, -1))
@@ -235,7 +241,7 @@ def job_status(checkpoint: str, *, kafka_config: Mapping[str, Any] | None = None
         errors.append("no run file in the checkpoint: Kafka and Delta locations unknown")
 
     delta = _delta(info.delta_path, query_id, errors) if info is not None else ()
-    staged = staged_on_disk(Path(checkpoint) / STAGE_DIR)
+    staged = staged_on_disk(stage_dir(checkpoint))
     staged_age = (max(0.0, now / 1000 - staged[0][1]) if staged else None)
     by_table = {t.table: t for t in delta}
     caught_up = _caught_up(by_table)

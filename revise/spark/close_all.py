@@ -25,13 +25,14 @@ decides as the first attempt did.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+
+from revise.checkpoint import write_atomic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,11 +69,9 @@ def write_close_all(control_dir: str, shards: int,
     """
     command = CLOSE_ALL if until is None else CLOSE_ALL_AT + _offsets_json(until)
     name = f"close-{int(time.time() * 1000)}-{uuid.uuid4().hex[:6]}.json"
-    tmp = Path(control_dir) / f".{name}.tmp"
-    tmp.write_text("".join(json.dumps({"command": command, "shard": s}) + "\n"
-                           for s in range(shards)))
     final = Path(control_dir) / name
-    os.replace(tmp, final)
+    write_atomic(final, "".join(json.dumps({"command": command, "shard": s}) + "\n"
+                                for s in range(shards)))
     return final
 
 

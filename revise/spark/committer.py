@@ -26,10 +26,9 @@ import pyarrow.compute as pc
 
 from revise.jobconfig import JobConfig
 from revise.spark.close_all import BoundedEnd, set_input_end
-from revise.spark.failures import last_committed_batch
 from revise.spark.output import BatchTables, decode_output
 from revise.spark.rewind import record_done
-from revise.spark.spark_log import batch_offsets
+from revise.spark.spark_log import batch_offsets, last_committed_batch
 from revise.vocab import TABLE_NAMES
 from sinks.delta_tables import DeltaTables
 from sinks.kafka import TransactionalChangelog

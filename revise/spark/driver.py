@@ -26,24 +26,27 @@ Why these choices (checked on Spark 4.2, pinned by tests/integration/test_spark_
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from revise import allocator_for_run
+from revise.checkpoint import (
+    OFFSETS_LOG,
+    checkpoint_fingerprint,
+    control_dir,
+    spark_dir,
+    stage_dir,
+    write_fingerprint,
+)
 from revise.errors import ConfigError
 from revise.jobconfig import (
-    CHECKPOINT_META,
     EMIT_POLICY_KEY,
-    STAGE_DIR,
     JobConfig,
     check_state_layout,
-    checkpoint_fingerprint,
 )
 from revise.ops.metrics import JobMetrics
 from revise.ops.runfile import RunFile, RunInfo
@@ -94,9 +97,7 @@ def _check_checkpoint(cfg: JobConfig) -> None:
             )
             raise ConfigError(msg)
     else:
-        path = Path(cfg.checkpoint)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / CHECKPOINT_META).write_text(json.dumps(want, indent=2))
+        write_fingerprint(cfg.checkpoint, want)
 
 
 def preflight(cfg: JobConfig) -> None:
@@ -208,9 +209,9 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
                                       extra_conf=driver_conf)
             else:  # a session is up: define the query while they are checked
                 preparing = pool.submit(_prepare, cfg, pool)
-            control_dir = str(Path(cfg.checkpoint) / "control")
-            Path(control_dir).mkdir(parents=True, exist_ok=True)
-            stream = build_stream(spark, cfg, control_dir)  # the shuffle is planned at start
+            control = control_dir(cfg.checkpoint)
+            control.mkdir(parents=True, exist_ok=True)
+            stream = build_stream(spark, cfg, str(control))  # the shuffle is planned at start
             if preparing is not None:
                 prepared = preparing.result()
             assert prepared is not None
@@ -223,13 +224,13 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
     result = JobResult(cfg.query_id)
     bounded = None
     if ends is not None:
-        bounded = BoundedEnd(cfg.input_topic, ends, cfg.max_records_per_batch, control_dir,
+        bounded = BoundedEnd(cfg.input_topic, ends, cfg.max_records_per_batch, str(control),
                              cfg.shards)
         # Input that fits in one micro-batch (or no --max-records-per-batch) closes in the
         # first one: the command goes in before the query starts.
-        read, control = batch_offsets(cfg.checkpoint, last_entry(cfg.checkpoint, "offsets"),
-                                      cfg.input_topic)
-        if bounded.start_batch(read or {}, control):
+        read, logged = batch_offsets(cfg.checkpoint, last_entry(cfg.checkpoint, OFFSETS_LOG),
+                                     cfg.input_topic)
+        if bounded.start_batch(read or {}, logged):
             tables.end_staging()
     committer = BatchCommitter(cfg, changelog, tables, result,
                                crash_hook or crash_hook_from_env(), bounded=bounded)
@@ -246,7 +247,7 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
         query = (
             stream.writeStream.outputMode("update")
             .queryName(f"revise_{cfg.query_id}".replace("-", "_").replace(".", "_"))
-            .option("checkpointLocation", str(Path(cfg.checkpoint) / "spark"))
+            .option("checkpointLocation", str(spark_dir(cfg.checkpoint)))
             .trigger(processingTime=f"{cfg.effective_trigger_ms} milliseconds")
             .foreachBatch(committer)
             .start()
@@ -405,7 +406,7 @@ def _changelog(cfg: JobConfig) -> TransactionalChangelog:
 
 
 def _history_stage(cfg: JobConfig) -> HistoryStage:
-    return HistoryStage(Path(cfg.checkpoint) / STAGE_DIR, cfg.delta_commit_interval_ms / 1000)
+    return HistoryStage(stage_dir(cfg.checkpoint), cfg.delta_commit_interval_ms / 1000)
 
 
 def _recover_history(tables: DeltaTables, query_id: str) -> None:

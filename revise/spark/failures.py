@@ -14,8 +14,7 @@ import shutil
 
 from revise.errors import ReviseError
 from revise.jobconfig import JobConfig
-from revise.kafka_errors import explain_kafka_error
-from revise.spark.spark_log import last_entry
+from revise.kafka import explain_kafka_error
 from sinks.kafka import ProducerFencedError
 from sinks.kafka.admin import topic_exists
 
@@ -24,13 +23,12 @@ __all__ = [
     "checkpoint_taken_over",
     "commit_failure",
     "failure_message",
-    "last_committed_batch",
     "root_cause",
 ]
 
 _LOW_SPACE_BYTES = 16 * 1024 * 1024
 _ACCESS_KINDS = ("authentication failed", "not authorized", "TLS handshake failed")
-"""Kinds of :func:`~revise.kafka_errors.explain_kafka_error` that name an access problem."""
+"""Kinds of :func:`~revise.kafka.errors.explain_kafka_error` that name an access problem."""
 
 
 class JobError(ReviseError, RuntimeError):
@@ -72,15 +70,6 @@ _TAKEN_OVER = (
     "CONCURRENT_STREAM_LOG_UPDATE",  # the commit log (Spark's error class) ...
     "Multiple streaming jobs detected for",  # ... and its message
 )
-
-
-def last_committed_batch(checkpoint: str) -> int:
-    """The highest batch id in Spark's commit log under ``checkpoint`` (-1: none, or unreadable).
-
-    A failed instance whose checkpoint holds batches it never ran was overtaken by another
-    instance, whatever error text Spark gave it (see :func:`checkpoint_taken_over`).
-    """
-    return last_entry(checkpoint, "commits")
 
 
 def root_cause(text: str) -> str:

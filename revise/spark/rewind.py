@@ -14,25 +14,22 @@ Only ever one batch: the committer finishes batch ``N`` before it returns batch 
 Spark cannot have recorded more than one batch past ``sinks-done``. A checkpoint written
 without the file (an older revise) finished every batch it recorded, so its first start records
 the last one. The checkpoint must be a local or mounted folder (as for
-:func:`~revise.spark.failures.last_committed_batch`).
+:func:`~revise.spark.spark_log.last_committed_batch`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from pathlib import Path
-from typing import Final
 
-from revise.spark.failures import JobError, last_committed_batch
+from revise.checkpoint import COMMITS_LOG, DONE_FILE, OFFSETS_LOG, spark_log_dir, write_atomic
+from revise.spark.failures import JobError
+from revise.spark.spark_log import last_committed_batch
 
-__all__ = ["DONE_FILE", "read_done", "record_done", "rewind_unfinished"]
+__all__ = ["read_done", "record_done", "rewind_unfinished"]
 
 log = logging.getLogger("revise.job")
-
-DONE_FILE: Final = "sinks-done"
-"""The file under ``<checkpoint>`` holding the last micro-batch the sinks finished."""
 
 
 def read_done(checkpoint: str) -> int | None:
@@ -44,7 +41,7 @@ def read_done(checkpoint: str) -> int | None:
 
 
 def record_done(checkpoint: str, batch_id: int) -> None:
-    """Record that the sinks finished ``batch_id`` (atomic: written aside, renamed in place).
+    """Record that the sinks finished ``batch_id`` (atomically, durably: :func:`write_atomic`).
 
     Never lowers the record: a fenced instance that wakes after a newer one moved on (its
     Kafka transaction committed before the fencing, its Delta writes after) leaves it be.
@@ -52,10 +49,7 @@ def record_done(checkpoint: str, batch_id: int) -> None:
     have = read_done(checkpoint)
     if have is not None and have >= batch_id:
         return
-    path = Path(checkpoint) / DONE_FILE
-    tmp = path.with_name(f".{DONE_FILE}.tmp")
-    tmp.write_text(f"{batch_id}\n")
-    os.replace(tmp, path)
+    write_atomic(Path(checkpoint) / DONE_FILE, f"{batch_id}\n")
 
 
 def _remove_log_entry(folder: Path, batch_id: int) -> None:
@@ -75,7 +69,6 @@ def rewind_unfinished(checkpoint: str) -> int | None:
         JobError: Spark's commit log is more than one batch past ``sinks-done``, which no
             run of revise leaves; nothing is removed.
     """
-    spark = Path(checkpoint) / "spark"
     last = last_committed_batch(checkpoint)
     done = read_done(checkpoint)
     if done is None:  # an older revise's checkpoint (which finished what it recorded), or new
@@ -89,8 +82,8 @@ def rewind_unfinished(checkpoint: str) -> int | None:
                "them, so the checkpoint was changed by hand: restore it, or start over with "
                "a new --checkpoint and --query-id")
         raise JobError(msg)
-    _remove_log_entry(spark / "offsets", last + 1)
-    _remove_log_entry(spark / "commits", last)
+    _remove_log_entry(spark_log_dir(checkpoint, OFFSETS_LOG), last + 1)
+    _remove_log_entry(spark_log_dir(checkpoint, COMMITS_LOG), last)
     log.warning("micro-batch %d was recorded by Spark but its Kafka and Delta writes did not "
                 "finish (the last run stopped in between): it runs again", last)
     return last

@@ -26,7 +26,7 @@ from revise.infra.jars import classpath, revise_jar
 from revise.infra.logfile import jvm_output
 from revise.infra.procs import append_options, jvm_options
 from revise.infra.pyfiles import is_local_master, ship_to_executors
-from revise.redact import spark_redaction_conf
+from revise.kafka import spark_redaction_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -4,25 +4,36 @@ Under ``<checkpoint>/spark`` Spark writes, per micro-batch, an ``offsets/<id>`` 
 runs the batch (the end offsets of each source) and a ``commits/<id>`` entry once the batch's
 sink returned. revise reads them for a bounded run's close (:mod:`revise.spark.close_all`),
 to tell a fenced instance (:mod:`revise.spark.failures`) and to rewind a batch its sinks did
-not finish (:mod:`revise.spark.rewind`). Standard library only: the Python workers import
-this module too.
+not finish (:mod:`revise.spark.rewind`); the folders' names are :mod:`revise.checkpoint`'s.
+Standard library only: the Python workers import this module too.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-__all__ = ["batch_offsets", "batch_watermark", "last_entry"]
+from revise.checkpoint import COMMITS_LOG, OFFSETS_LOG, SparkLog, spark_log_dir
+
+__all__ = ["batch_offsets", "batch_watermark", "last_committed_batch", "last_entry"]
 
 
-def last_entry(checkpoint: str, log: str) -> int:
+def last_entry(checkpoint: str, log: SparkLog) -> int:
     """The highest micro-batch id in Spark's ``log`` (``offsets``, ``commits``; -1: none)."""
     try:
-        return max((int(p.name) for p in (Path(checkpoint) / "spark" / log).iterdir()
+        return max((int(p.name) for p in spark_log_dir(checkpoint, log).iterdir()
                     if p.name.isdigit()), default=-1)
     except OSError:
         return -1
+
+
+def last_committed_batch(checkpoint: str) -> int:
+    """The highest batch id in Spark's commit log under ``checkpoint`` (-1: none, or unreadable).
+
+    A failed instance whose checkpoint holds batches it never ran was overtaken by another
+    instance, whatever error text Spark gave it
+    (:func:`~revise.spark.failures.checkpoint_taken_over`).
+    """
+    return last_entry(checkpoint, COMMITS_LOG)
 
 
 def batch_offsets(checkpoint: str, batch_id: int,
@@ -34,7 +45,7 @@ def batch_offsets(checkpoint: str, batch_id: int,
     before it runs the micro-batch's sink; its third line holds the first source's offsets
     (the Kafka input), its fourth the second's (the control files).
     """
-    path = Path(checkpoint) / "spark" / "offsets" / str(batch_id)
+    path = spark_log_dir(checkpoint, OFFSETS_LOG) / str(batch_id)
     try:
         lines = path.read_text().splitlines()
     except OSError:
@@ -58,7 +69,7 @@ def batch_watermark(checkpoint: str, batch_id: int) -> int | None:
     The one in force during that batch (its second line's ``batchWatermarkMs``); None when
     the entry cannot be read.
     """
-    path = Path(checkpoint) / "spark" / "offsets" / str(batch_id)
+    path = spark_log_dir(checkpoint, OFFSETS_LOG) / str(batch_id)
     try:
         return int(json.loads(path.read_text().splitlines()[1])["batchWatermarkMs"])
     except (OSError, IndexError, KeyError, TypeError, ValueError):

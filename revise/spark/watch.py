@@ -20,8 +20,8 @@ from revise.spark.failures import (
     JobError,
     checkpoint_taken_over,
     failure_message,
-    last_committed_batch,
 )
+from revise.spark.spark_log import last_committed_batch
 from sinks.delta_tables import DeltaWriteError
 from sinks.kafka import ProducerFencedError
 

@@ -63,6 +63,6 @@ def client_conf(bootstrap_servers: str, client_config: Mapping[str, Any] | None 
     Args:
         bootstrap_servers: Kafka bootstrap servers (``HOST:PORT[,…]``).
         client_config: The user's client settings (security.protocol, SASL, TLS …, as
-            ``revise.kafka_config.KafkaSettings.*_conf`` builds them), or None for none.
+            ``revise.kafka.settings.KafkaSettings.*_conf`` builds them), or None for none.
     """
     return {"bootstrap.servers": bootstrap_servers, **(client_config or {}), **client_logging()}

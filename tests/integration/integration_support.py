@@ -25,6 +25,7 @@ from deltalake import DeltaTable
 from input_records import Input, InputRecord, Parser, parse_good, parse_legacy, rid
 
 from revise.aggspec import AggList
+from revise.checkpoint import COMMITS_LOG, OFFSETS_LOG, SOURCES_DIR, spark_dir, spark_log_dir
 from revise.config import EngineConfig, WindowSpec
 from revise.jobconfig import JobConfig
 from revise.records import revision_schema
@@ -164,11 +165,11 @@ class SparkBatch:
 
 def spark_batches(checkpoint: str, topic: str) -> list[SparkBatch]:
     """Spark's offset log, batch by batch (only batches Spark also committed)."""
-    root = Path(checkpoint) / "spark"
-    committed = {int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit()}
+    committed = {int(p.name) for p in spark_log_dir(checkpoint, COMMITS_LOG).iterdir()
+                 if p.name.isdigit()}
     out = []
-    for p in sorted((root / "offsets").iterdir(), key=lambda p: int(p.name) if p.name.isdigit()
-                    else -1):
+    for p in sorted(spark_log_dir(checkpoint, OFFSETS_LOG).iterdir(),
+                    key=lambda p: int(p.name) if p.name.isdigit() else -1):
         if not p.name.isdigit() or int(p.name) not in committed:
             continue
         lines = p.read_text().splitlines()
@@ -201,7 +202,7 @@ class Replay:
 
 def control_commands(checkpoint: str, batches: list[SparkBatch]) -> list[list[str]]:
     """The control commands each batch read: the files of its control source's log entries."""
-    log_dir = Path(checkpoint) / "spark" / "sources" / "1"
+    log_dir = spark_dir(checkpoint) / SOURCES_DIR / "1"
     out: list[list[str]] = []
     before = -1
     for b in batches:

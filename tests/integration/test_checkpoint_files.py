@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from revise.checkpoint import OFFSETS_LOG, STATE_DIR
 from revise.spark.session import FILE_SYSTEM_CHECKPOINTS
 
 pytestmark = [pytest.mark.spark]
@@ -36,8 +37,8 @@ def test_a_stateful_query_writes_its_checkpoint_through_the_file_system_api(spar
         assert query.exception() is None
     finally:
         query.stop()
-    assert {p.name for p in (checkpoint / "offsets").iterdir()} >= {"0", "1"}
-    assert any((checkpoint / "state").rglob("*.changelog"))  # RocksDB's changelog was written
+    assert {p.name for p in (checkpoint / OFFSETS_LOG).iterdir()} >= {"0", "1"}
+    assert any((checkpoint / STATE_DIR).rglob("*.changelog"))  # RocksDB's changelog was written
     # the atomic write leaves no temporary file behind
     assert not list(checkpoint.rglob("*.tmp"))
     totals = {r["k"]: r["count"] for r in spark.sql("SELECT k, max(count) AS count FROM cp_files "

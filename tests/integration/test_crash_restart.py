@@ -38,7 +38,9 @@ from console_lines import foreign_lines
 from deltalake import DeltaTable as RustDeltaTable
 from integration_support import CliRun, check_run
 
+from revise.checkpoint import stage_dir
 from revise.generate import GeneratorConfig, generate, produce
+from revise.spark.spark_log import last_committed_batch
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta, pytest.mark.slow]
 
@@ -46,9 +48,7 @@ RUN_TIMEOUT_S = 300
 
 
 def _next_batch(checkpoint: str) -> int:
-    commits = Path(checkpoint) / "spark" / "commits"
-    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
-    return max(done, default=-1) + 1
+    return last_committed_batch(checkpoint) + 1
 
 
 def _crash_at(point: str, args: list[str], checkpoint: str, n_data_batches: int,
@@ -112,7 +112,7 @@ def test_kill_at_every_commit_point_loses_and_duplicates_nothing(
 
 
 def _staged(checkpoint: str) -> list[str]:
-    folder = Path(checkpoint) / "delta-staged"
+    folder = stage_dir(checkpoint)
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable as RustDeltaTable
 from integration_support import CliRun, Outputs
 
+from revise.checkpoint import stage_dir
 from revise.generate import GeneratorConfig, generate, produce
 from revise.vocab import TABLE_NAMES
 from sinks.delta_layout import LOG_RETENTION_KEY
@@ -51,7 +51,7 @@ def test_an_idle_job_commits_its_staged_batches_and_commits_less_than_per_batch(
             out = Outputs.read(setup)
             kafka = sorted(_ident(r) for _p, _o, r in out.kafka_revisions)
             delta = sorted(_ident(r) for r in out.revisions)
-            staged = list((Path(setup.checkpoint) / "delta-staged").glob("batch-*"))
+            staged = list(stage_dir(setup.checkpoint).glob("batch-*"))
             if kafka and kafka == delta and not staged:
                 break
             assert time.monotonic() < deadline, (len(kafka), len(delta), staged, run.tail())

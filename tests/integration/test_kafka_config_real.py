@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from revise.kafka_config import KafkaSettings, load_kafka_settings
-from revise.kafka_errors import KafkaAccessError, explain_kafka_error, probe_kafka
-from revise.redact import spark_redaction_conf
+from revise.kafka.errors import KafkaAccessError, explain_kafka_error, probe_kafka
+from revise.kafka.redact import spark_redaction_conf
+from revise.kafka.settings import KafkaSettings, load_kafka_settings
 
 PASSWORD = "Zq9-hunter-77"
 
@@ -204,7 +204,7 @@ def test_every_embedded_librdkafka_name_is_accepted() -> None:
     """The static librdkafka name sets match the installed library (no unknown property)."""
     from confluent_kafka import KafkaException, Producer
 
-    from revise import kafka_keys
+    from revise.kafka import keys as kafka_keys
 
     refused = []
     names = (kafka_keys.RDKAFKA_ALL_ROLES | kafka_keys.RDKAFKA_PRODUCER_ONLY

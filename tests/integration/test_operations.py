@@ -28,9 +28,10 @@ import pytest
 from integration_support import REPO, CliRun, read_delta, spark_batches
 from prometheus_client.parser import text_string_to_metric_families
 
+from revise.checkpoint import RUN_FILE
 from revise.generate import GeneratorConfig, generate, produce
 from revise.ops.metrics import dead_letter_category
-from revise.ops.runfile import RUN_FILE, STALE_S, RunInfo, read_run_file
+from revise.ops.runfile import STALE_S, RunInfo, read_run_file
 from revise.ops.status import BEHIND, OK, STOPPED, job_status
 from sinks.kafka import decode_late, decode_revision, read_committed, read_last_progress
 

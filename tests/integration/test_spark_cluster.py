@@ -43,6 +43,7 @@ import pandas as pd
 import pytest
 from integration_support import REPO, CliRun, check_run, read_delta, spark_batches
 
+from revise.checkpoint import OFFSETS_LOG, spark_log_dir
 from revise.generate import GeneratorConfig, generate, produce
 from revise.infra import pyfiles, spark_cluster
 from revise.spark.driver import run_job
@@ -450,7 +451,7 @@ def test_sigkill_of_an_executor_mid_run_keeps_exactly_once(
     new = _executor_dirs(cluster) - dirs_before
     assert len(new) >= 3, sorted(map(str, new))
     # A new checkpoint runs as many state-store tasks as shards, not the session's 64.
-    meta = json.loads((Path(setup.checkpoint) / "spark" / "offsets" / "0").read_text()
+    meta = json.loads((spark_log_dir(setup.checkpoint, OFFSETS_LOG) / "0").read_text()
                       .splitlines()[1])
     assert meta["conf"]["spark.sql.shuffle.partitions"] == str(setup.shards), meta["conf"]
     report = check_run(setup)  # read_committed changelog = Delta, nothing lost or duplicated

@@ -24,8 +24,8 @@ import pytest
 from integration_support import CliRun, check_run
 
 from revise.generate import GeneratorConfig, generate, produce
-from revise.spark.failures import last_committed_batch
 from revise.spark.rewind import read_done
+from revise.spark.spark_log import last_committed_batch
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta, pytest.mark.slow]
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 from test_job_options import config
 from test_overlap_commit import _Batch, _Changelog, _Tables
 
+from revise.checkpoint import OFFSETS_LOG, spark_log_dir
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.spark import committer as committer_module
 from revise.spark.close_all import (
@@ -49,7 +50,7 @@ def test_a_conditional_command_closes_only_where_the_input_reaches_its_offsets(t
 
 
 def _offset_log(checkpoint: Path, batch_id: int, kafka: str, control: str) -> None:
-    folder = checkpoint / "spark" / "offsets"
+    folder = spark_log_dir(checkpoint, OFFSETS_LOG)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / str(batch_id)).write_text(
         f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{{}}}}\n{kafka}\n{control}')

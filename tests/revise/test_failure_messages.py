@@ -6,12 +6,11 @@ from pathlib import Path
 
 from revise.config import EngineConfig, WindowSpec
 from revise.jobconfig import JobConfig
-from revise.kafka_config import KafkaSettings
-from revise.redact import Redactor
+from revise.kafka.redact import Redactor
+from revise.kafka.settings import KafkaSettings
 from revise.spark.failures import (
     checkpoint_taken_over,
     failure_message,
-    last_committed_batch,
     root_cause,
 )
 
@@ -78,12 +77,3 @@ def test_an_acl_revoked_mid_run_names_the_topic_and_the_grant(tmp_path: Path):
             "authorized to access topics: [events]")
     msg = failure_message(_cfg(tmp_path, "unused-secret"), text)
     assert "not authorized on topic" in msg and "kafka-acls" in msg and "events" in msg
-
-
-def test_last_committed_batch_reads_sparks_commit_log(tmp_path: Path):
-    assert last_committed_batch(str(tmp_path)) == -1  # no checkpoint yet
-    commits = tmp_path / "spark" / "commits"
-    commits.mkdir(parents=True)
-    for name in ("0", "1", "12", ".12.crc", "13.tmp"):
-        (commits / name).write_text("v1")
-    assert last_committed_batch(str(tmp_path)) == 12

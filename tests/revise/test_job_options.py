@@ -15,7 +15,7 @@ from revise.cli import build_parser
 from revise.cli.run import job_config_from_args
 from revise.errors import ConfigError
 from revise.jobconfig import STATE_LAYOUT_KEY
-from revise.kafka_config import KafkaSettings
+from revise.kafka.settings import KafkaSettings
 from revise.records import REVISION_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]

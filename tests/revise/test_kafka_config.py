@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from revise.errors import ConfigError
-from revise.kafka_config import (
+from revise.kafka.errors import explain_kafka_error
+from revise.kafka.redact import (
+    MASK,
+    Redactor,
+    install_redaction,
+    redact_mapping,
+    spark_redaction_conf,
+)
+from revise.kafka.settings import (
     ENV_KAFKA_CONFIG,
     SPARK_SOURCE_DEFAULTS,
     load_kafka_settings,
@@ -18,9 +26,7 @@ from revise.kafka_config import (
     render_client_configs,
     revise_client_configs,
 )
-from revise.kafka_errors import explain_kafka_error
-from revise.kafka_translate import build_jaas, parse_jaas
-from revise.redact import MASK, Redactor, install_redaction, redact_mapping, spark_redaction_conf
+from revise.kafka.translate import build_jaas, parse_jaas
 
 SCRAM = ["security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512", "sasl.username=alice",
          "sasl.password=s3cr3t-Pw"]
@@ -453,7 +459,7 @@ def test_settings_are_frozen_hashable_and_picklable() -> None:
 def test_cli_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from revise.kafka_config import add_kafka_arguments, settings_from_args
+    from revise.kafka.settings import add_kafka_arguments, settings_from_args
 
     monkeypatch.delenv(ENV_KAFKA_CONFIG, raising=False)
     f = tmp_path / "c.properties"

@@ -259,7 +259,7 @@ def test_run_job_refuses_a_taken_metrics_port_before_anything_starts(tmp_path):
 def test_the_metrics_port_comes_from_the_option_or_the_environment(monkeypatch):
     from revise.cli import build_parser
     from revise.cli.run import job_config_from_args
-    from revise.kafka_config import KafkaSettings
+    from revise.kafka.settings import KafkaSettings
 
     base = ["run", "--bootstrap-servers", "127.0.0.1:1", "--input-topic", "in",
             "--changelog-topic", "out", "--delta-path", "/tmp/revise-d", "--checkpoint",

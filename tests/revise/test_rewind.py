@@ -6,14 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from revise.checkpoint import COMMITS_LOG, OFFSETS_LOG, SparkLog, spark_log_dir
 from revise.spark.failures import JobError
 from revise.spark.rewind import read_done, record_done, rewind_unfinished
 
 
 def _checkpoint(tmp_path: Path, commits: int, offsets: int) -> str:
     """A checkpoint whose Spark logs hold commits 0..commits-1 and offsets 0..offsets-1."""
-    for log, n in (("commits", commits), ("offsets", offsets)):
-        folder = tmp_path / "spark" / log
+    logs: tuple[tuple[SparkLog, int], ...] = ((COMMITS_LOG, commits), (OFFSETS_LOG, offsets))
+    for log, n in logs:
+        folder = spark_log_dir(tmp_path, log)
         folder.mkdir(parents=True)
         for i in range(n):
             (folder / str(i)).write_text(f"v1\n{log} {i}")
@@ -21,8 +23,8 @@ def _checkpoint(tmp_path: Path, commits: int, offsets: int) -> str:
     return str(tmp_path)
 
 
-def _names(checkpoint: str, log: str) -> list[str]:
-    return sorted(p.name for p in (Path(checkpoint) / "spark" / log).iterdir())
+def _names(checkpoint: str, log: SparkLog) -> list[str]:
+    return sorted(p.name for p in spark_log_dir(checkpoint, log).iterdir())
 
 
 def test_a_batch_recorded_past_sinks_done_is_removed_with_the_offsets_after_it(tmp_path):

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from revise.checkpoint import RUN_FILE
 from revise.errors import ConfigError
-from revise.ops.runfile import RUN_FILE, STALE_S, RunFile, RunInfo, liveness, read_run_file
+from revise.ops.runfile import STALE_S, RunFile, RunInfo, liveness, read_run_file
 from revise.ops.status import BEHIND, OK, STOPPED, UNREADABLE, JobStatus, job_status
 
 ROOT = Path(__file__).resolve().parents[2]

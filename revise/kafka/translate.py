@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-from revise import kafka_keys as keys
 from revise.errors import ConfigError
-from revise.redact import is_secret_key
+from revise.kafka import keys
+from revise.kafka.redact import is_secret_key
 
 __all__ = ["Translated", "build_jaas", "parse_jaas", "translate"]
 

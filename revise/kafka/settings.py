@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from revise import kafka_keys as keys
 from revise.errors import ConfigError
-from revise.kafka_translate import translate
-from revise.redact import Redactor, is_secret_key, redact_mapping
+from revise.kafka import keys
+from revise.kafka.redact import Redactor, is_secret_key, redact_mapping
+from revise.kafka.translate import translate
 
 __all__ = [
     "ENV_KAFKA_CONFIG",

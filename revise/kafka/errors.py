@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from revise.errors import InfraError
-from revise.kafka_config import KafkaSettings
-from revise.redact import Redactor
+from revise.kafka.redact import Redactor
+from revise.kafka.settings import KafkaSettings
 
 __all__ = ["ClusterInfo", "KafkaAccessError", "explain_kafka_error", "probe_kafka"]
 
