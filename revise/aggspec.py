@@ -21,12 +21,15 @@ fields ``("user",)``, a value is required.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Literal
 
 import pyarrow as pa
 
 from revise.errors import ConfigError
+from windows.aggregates import REGISTRY, Aggregate
 
 __all__ = ["LEGACY_NAMES", "AggKind", "AggList", "AggSpec", "field_column"]
 
@@ -35,7 +38,6 @@ AggKind = Literal["count", "numeric", "distinct"]
 LEGACY_NAMES: tuple[str, ...] = ("count", "sum", "min", "max", "mean")
 """The bare form's names, in today's output column order."""
 
-_NUMERIC_FNS = ("sum", "min", "max", "mean")
 _ITEM = re.compile(r"^([A-Za-z][A-Za-z0-9.]*)\s*(?:\((.*)\))?$", re.DOTALL)
 _PERCENTILE = re.compile(r"^p([1-9][0-9]?)$")
 _SEGMENT = re.compile(r"^\w+$")
@@ -57,12 +59,16 @@ class AggSpec:
         column: The output column (``count``, ``sum`` in the legacy form, else ``FN_FIELD``).
         kind: ``count`` (needs no field), ``numeric`` (a finite float64 per record) or
             ``distinct`` (a canonical text per record).
+        aggregate: The registered :class:`~windows.Aggregate` computing a ``numeric``
+            aggregate other than ``pNN`` (its state columns and result); ``None`` for
+            ``count``, ``pNN`` and ``distinct``, which the engine computes from sketches.
     """
 
     fn: str
     field: str | None
     column: str
     kind: AggKind
+    aggregate: Aggregate | None = dc_field(default=None, compare=False, repr=False)
 
     @property
     def percentile(self) -> int | None:
@@ -99,8 +105,13 @@ class AggList:
     legacy: bool
 
     @staticmethod
-    def parse(text: str, *, value_field: str = "value") -> AggList:
+    def parse(text: str, *, value_field: str = "value",
+              registry: Mapping[str, Aggregate] = REGISTRY) -> AggList:
         """Parse ``--aggs`` text; ``value_field`` is the field the bare form aggregates.
+
+        ``registry`` holds the aggregates ``FN(FIELD)`` may name besides ``pNN`` and
+        ``distinct`` (:data:`windows.aggregates.REGISTRY`: ``sum``, ``min``, ``max``,
+        ``mean``); the bare form names only :data:`LEGACY_NAMES`.
 
         Raises:
             ConfigError: On an empty list, an unknown function, a malformed item or field, a
@@ -118,7 +129,7 @@ class AggList:
         if "" in items:
             msg = f"{where} has an empty item between commas; {_HELP}"
             raise ConfigError(msg)
-        parsed = [_parse_item(item, where, value_field) for item in items]
+        parsed = [_parse_item(item, where, value_field, registry) for item in items]
         bare = [item for item, (fn, field) in zip(items, parsed, strict=True)
                 if field is None and fn != "count"]
         called = [item for item, (_, field) in zip(items, parsed, strict=True) if field]
@@ -129,7 +140,7 @@ class AggList:
                    f"with FN(FIELD) ({called[0]}); use one form, e.g. {fixed}")
             raise ConfigError(msg)
         legacy = not called
-        specs = tuple(_spec(fn, field, legacy, value_field) for fn, field in parsed)
+        specs = tuple(_spec(fn, field, legacy, value_field, registry) for fn, field in parsed)
         result = AggList(specs, legacy)
         result.check(where)
         return result
@@ -188,7 +199,8 @@ class AggList:
         return ",".join(s.fn if s.kind == "count" else f"{s.fn}({s.field})" for s in self.specs)
 
 
-def _parse_item(item: str, where: str, value_field: str) -> tuple[str, str | None]:
+def _parse_item(item: str, where: str, value_field: str,
+                registry: Mapping[str, Aggregate]) -> tuple[str, str | None]:
     """``"p99(a.b)"`` → ``("p99", "a.b")``; ``"sum"`` → ``("sum", None)``."""
     m = _ITEM.match(item)
     if not m:
@@ -196,9 +208,9 @@ def _parse_item(item: str, where: str, value_field: str) -> tuple[str, str | Non
         raise ConfigError(msg)
     fn, arg = m.group(1).lower(), m.group(2)
     looks_percentile = re.match(r"^p[0-9.]", fn) is not None
-    if fn not in ("count", "distinct", *_NUMERIC_FNS) and not looks_percentile:
-        msg = (f"{where}: unknown aggregate {m.group(1)!r}; choose from count, sum, min, max, "
-               f"mean, pNN (NN 1-99, e.g. p99) and distinct")
+    if fn not in ("distinct", *registry) and not looks_percentile:
+        known = ", ".join((*registry, "pNN (NN 1-99, e.g. p99)"))
+        msg = f"{where}: unknown aggregate {m.group(1)!r}; choose from {known} and distinct"
         raise ConfigError(msg)
     if looks_percentile and not _PERCENTILE.match(fn):
         msg = (f"{where}: percentile {m.group(1)!r} must be p1 ... p99, a whole percent "
@@ -210,7 +222,7 @@ def _parse_item(item: str, where: str, value_field: str) -> tuple[str, str | Non
             raise ConfigError(msg)
         return fn, None
     if arg is None:
-        if fn in _NUMERIC_FNS:
+        if fn in LEGACY_NAMES:
             return fn, None
         msg = f"{where}: {fn} needs a field; write {fn}(FIELD), e.g. {fn}({value_field})"
         raise ConfigError(msg)
@@ -222,11 +234,13 @@ def _parse_item(item: str, where: str, value_field: str) -> tuple[str, str | Non
     return fn, field
 
 
-def _spec(fn: str, field: str | None, legacy: bool, value_field: str) -> AggSpec:
+def _spec(fn: str, path: str | None, legacy: bool, value_field: str,
+          registry: Mapping[str, Aggregate]) -> AggSpec:
     if fn == "count":
         return AggSpec("count", None, "count", "count")
     if legacy:
-        return AggSpec(fn, value_field, fn, "numeric")
-    assert field is not None
-    kind: AggKind = "distinct" if fn == "distinct" else "numeric"
-    return AggSpec(fn, field, f"{fn}_{field_column(field)}", kind)
+        return AggSpec(fn, value_field, fn, "numeric", registry[fn])
+    assert path is not None
+    if fn == "distinct":
+        return AggSpec(fn, path, f"distinct_{field_column(path)}", "distinct")
+    return AggSpec(fn, path, f"{fn}_{field_column(path)}", "numeric", registry.get(fn))

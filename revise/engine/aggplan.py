@@ -24,17 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from revise.aggspec import AggList, AggSpec
-from windows import COUNT, AggregateSet, StateColumn, get_aggregate
+from windows import COUNT, Aggregate, AggregateSet, StateColumn, get_aggregate
 from windows.sketches import DistinctSketch, QuantileSketch, SlotTable
-
-if TYPE_CHECKING:
-    from revise.engine.batch import InputBatch
 
 __all__ = ["AggPlan", "Sketch", "Sketches", "concat_sketches", "insert_sketches", "take_sketches"]
 
@@ -84,7 +81,7 @@ class AggPlan(AggregateSet):
                     _QUANTILE, self.numeric_fields.index(str(s.field)))
             elif s.kind == "numeric":
                 j = self.numeric_fields.index(str(s.field))
-                for c in get_aggregate(s.fn).columns:
+                for c in _kernel(s).columns:
                     name = c.name if c.name == "count" else f"{s.field}:{c.name}"
                     cols.setdefault(name, StateColumn(name, c.dtype, c.ufunc, c.identity,
                                                       _picker(j, c.contribution)))
@@ -100,47 +97,50 @@ class AggPlan(AggregateSet):
             if s.kind == "count":
                 out.append("count:1")
             elif s.kind == "numeric" and s.percentile is None:
-                out.append(f"{s.fn}({s.field}):{get_aggregate(s.fn).version}")
+                out.append(f"{s.fn}({s.field}):{_kernel(s).version}")
             else:
                 out.append(f"{s.fn}({s.field})")  # the sketch's own tag carries its version
         return (*out, *(f"{n}={u.sketch.tag}" for n, u in self.sketches.items()))
 
-    def record_values(self, batch: InputBatch) -> npt.NDArray[np.float64]:
-        """What the state columns reduce: ``values`` (legacy) or the numeric-field matrix.
+    def record_values(self, values: npt.NDArray[np.float64],
+                      numeric: Mapping[str, npt.NDArray[np.float64]],
+                      distinct: Mapping[str, npt.NDArray[np.int64]]) -> npt.NDArray[np.float64]:
+        """What the state columns reduce: ``values`` (bare form) or the numeric-field matrix.
+
+        ``values`` is the 1-D record value; ``numeric`` / ``distinct`` the record's fields by
+        path (float64 / 63-bit hashes), each as long as ``values``.
 
         Raises:
-            InvalidInput: When the batch lacks a numeric or distinct field of the plan.
+            KeyError: Naming the first numeric or distinct field of the plan that is missing.
         """
         if self.agg_list.legacy:
-            return batch.values
-        from revise.engine.batch import InvalidInput  # batch imports this module's types
-
-        missing = [f for f in self.numeric_fields if f not in batch.numeric] + \
-            [f for f in self.distinct_fields if f not in batch.distinct]
+            return values
+        missing = [f for f in self.numeric_fields if f not in numeric] + \
+            [f for f in self.distinct_fields if f not in distinct]
         if missing:
-            msg = (f"the batch has no column for field {missing[0]!r} that --aggs "
-                   f"{self.agg_list} aggregates; pass numeric={{...}} / distinct={{...}} to "
-                   "InputBatch.from_arrays")
-            raise InvalidInput(msg)
-        n = len(batch)
-        cols = [batch.numeric[f] for f in self.numeric_fields]
+            raise KeyError(missing[0])
+        cols = [numeric[f] for f in self.numeric_fields]
         # records are ranked by this matrix (value_ranks): sketches do not depend on order
-        return np.column_stack(cols) if cols else np.empty((n, 0))
+        return np.column_stack(cols) if cols else np.empty((len(values), 0))
 
     def empty_sketches(self, n: int) -> Sketches:
         """Sketch states of ``n`` empty windows."""
         return {name: u.sketch.empty(n) for name, u in self.sketches.items()}
 
-    def build_sketches(self, batch: InputBatch, rec: npt.NDArray[np.intp],
+    def build_sketches(self, numeric: Mapping[str, npt.NDArray[np.float64]],
+                       distinct: Mapping[str, npt.NDArray[np.int64]], rec: npt.NDArray[np.intp],
                        groups: npt.NDArray[np.int64], n: int) -> Sketches:
-        """Sketches of ``n`` groups holding record ``rec[i]`` of ``batch`` in ``groups[i]``."""
+        """Sketches of ``n`` groups holding record ``rec[i]`` in ``groups[i]``.
+
+        ``numeric`` / ``distinct``: the records' fields by path (float64 / 63-bit hashes).
+        """
         out: Sketches = {}
         for name, u in self.sketches.items():
             if isinstance(u.sketch, QuantileSketch):
-                vals = batch.numeric[self.numeric_fields[u.column]][rec]
+                vals = numeric[self.numeric_fields[u.column]][rec]
                 out[name] = u.sketch.from_values(vals, groups, n)
             else:
-                hashes = batch.distinct[self.distinct_fields[u.column]][rec]
+                hashes = distinct[self.distinct_fields[u.column]][rec]
                 out[name] = u.sketch.from_hashes(hashes, groups, n)
         return out
 
@@ -164,10 +164,16 @@ class AggPlan(AggregateSet):
             return _DISTINCT.result(sketches[f"d:{s.field}"])
         if s.percentile is not None:
             return _QUANTILE.quantile(sketches[f"q:{s.field}"], s.percentile)
-        agg = get_aggregate(s.fn)
+        agg = _kernel(s)
         view = {c.name: state[c.name if c.name == "count" else f"{s.field}:{c.name}"]
                 for c in agg.columns}
         return np.asarray(agg.result(view), dtype=np.float64)
+
+
+def _kernel(s: AggSpec) -> Aggregate:
+    """The registered aggregate computing numeric spec ``s`` (the one parse resolved)."""
+    assert s.aggregate is not None, f"{s.fn}({s.field}) has no aggregate kernel"
+    return s.aggregate
 
 
 def take_sketches(sk: Sketches, idx: npt.NDArray[Any]) -> Sketches:
