@@ -183,7 +183,7 @@ def accuracy_fields(aggs: AggList) -> tuple[str, ...]:
 
     ``count,p99(latency_ms),distinct(user)`` → ``("count", "p99_latency_ms")``.
     """
-    if aggs.legacy:
+    if aggs.bare:
         return ACCURACY_FIELDS
     counts = tuple(c for c in aggs.columns if c == "count")
     others = tuple(c for c in aggs.columns if c != "count")[:1]
@@ -506,8 +506,8 @@ def grace_what_if(
     for factor in factors:
         grace = int(round(config.grace_ms * factor))
         cfg = EngineConfig(window=config.window, grace_ms=grace,
-                           watermark_delay_ms=config.watermark_delay_ms, aggs=("count",),
-                           mode="watermark", query_id="what-if")
+                           watermark_delay_ms=config.watermark_delay_ms,
+                           aggs=AggList.parse("count"), mode="watermark", query_id="what-if")
         results = run_batches(cfg, batches)
         too_late = sum(len(r.late) for r in results)
         finals: dict[tuple[str, int, int], int] = {}

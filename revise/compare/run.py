@@ -371,7 +371,7 @@ def _compute(
     summaries: dict[str, pd.DataFrame] = {}
     lates: dict[str, pd.DataFrame] = {}
     dead: dict[str, int] = {}
-    fields = accuracy_fields(cfg.engine.aggregates)
+    fields = accuracy_fields(cfg.engine.aggs)
     for mode in MODES:
         root = f"{cfg.delta_path}/{mode}"
         qid = cfg.query_id(mode)
@@ -432,7 +432,7 @@ def _compute(
     e = cfg.engine
     settings: dict[str, object] = {
         "window": str(e.window), "grace_ms": e.grace_ms, "watermark_delay_ms":
-        e.watermark_delay_ms, "aggs": list(e.aggs), "accuracy_fields": list(fields),
+        e.watermark_delay_ms, "aggs": list(e.aggs.columns), "accuracy_fields": list(fields),
         "emit_min_change": e.emit_min_change, "emit_every_ms": e.emit_every_ms,
         "max_records_per_batch":
         cfg.max_records_per_batch, "rate": cfg.rate, "trigger_ms": cfg.trigger_ms,

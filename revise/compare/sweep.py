@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from revise.aggspec import AggList
 from revise.compare.metrics import accuracy_over_time, anchor_initial_watermark, percentiles
 from revise.config import EngineConfig, format_duration
 from revise.engine import InputBatch
@@ -47,7 +48,7 @@ from revise.vocab import WINDOW_BOUNDS, Mode
 __all__ = ["SweepGrid", "SweepPoint", "SweepSetting", "frontier", "recommend", "run_sweep",
            "sweep_settings"]
 
-_AGGS = ("count", "sum")
+_AGGS = AggList.parse("count,sum")
 """The aggregates of every replay: ``--emit-min-change`` judges them, accuracy uses count."""
 
 
@@ -92,7 +93,7 @@ class SweepSetting:
     def engine(self, base: EngineConfig) -> EngineConfig:
         """``base`` with this setting (aggregates ``count,sum``, query id ``sweep``)."""
         return replace(base, mode=self.mode, grace_ms=self.grace_ms,
-                       watermark_delay_ms=self.watermark_delay_ms, aggs=_AGGS, agg_list=None,
+                       watermark_delay_ms=self.watermark_delay_ms, aggs=_AGGS,
                        query_id="sweep", emit_min_change=self.emit_min_change,
                        emit_every_ms=self.emit_every_ms)
 
@@ -190,7 +191,7 @@ def run_sweep(base: EngineConfig, batches: Sequence[InputBatch],
     span_all = int(np.max(np.concatenate(ts)) - np.min(np.concatenate(ts))) if ts else 0
     size = base.window.size_ms or base.window.gap_ms
     truth_cfg = replace(base, mode="watermark", grace_ms=span_all + size,
-                        watermark_delay_ms=0, aggs=_AGGS, agg_list=None, query_id="truth",
+                        watermark_delay_ms=0, aggs=_AGGS, query_id="truth",
                         emit_min_change=None, emit_every_ms=None)
     truth_revs, _ = _revisions(truth_cfg, batches)
     truth = (truth_revs[truth_revs["is_final"] & ~truth_revs["retracted"]]

@@ -57,7 +57,7 @@ class Engine:
             msg = f"Engine needs an EngineConfig, got {type(config).__name__}"
             raise TypeError(msg)
         self._config = config
-        self._aggs = AggPlan(config.aggregates)
+        self._aggs = AggPlan(config.aggs)
         w = config.window
         self._assigner: WindowAssigner | None
         if w.kind == "tumbling":

@@ -272,7 +272,7 @@ class WindowTable:
         rev: Revisions emitted so far, which is the next revision number.
         n_late: Accepted records that arrived when the watermark was already >= end.
         max_late: Largest ``watermark - ts`` (ms) among those late records (0 if none).
-        sketches: Sketch states by name (one group per row; empty in the legacy form).
+        sketches: Sketch states by name (one group per row; empty without pNN and distinct).
         last: Each window's last emitted revision (only under an emit policy, else None).
     """
 

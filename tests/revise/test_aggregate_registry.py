@@ -63,7 +63,7 @@ def test_columns_are_named_fn_field_with_prev_columns():
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs(), streams())
 def test_new_aggregates_end_to_end_equal_the_oracle(config, batches):
-    config = dataclasses.replace(config, agg_list=AGGS)
+    config = dataclasses.replace(config, aggs=AGGS)
     truth = oracle.compute(config, batches)
     out = rows(config, batches)
     finals = {(r["key"], r["window_start_ms"], r["window_end_ms"]): r
@@ -88,7 +88,7 @@ def test_new_aggregates_end_to_end_equal_the_oracle(config, batches):
 
 
 def test_the_snapshot_restores_with_the_new_state_column():
-    config = EngineConfig(WindowSpec.parse("tumbling:1s"), 0, agg_list=AGGS)
+    config = EngineConfig(WindowSpec.parse("tumbling:1s"), 0, aggs=AGGS)
     engine = Engine(config)
     recs = [oracle.Rec("k", 100, 3.0, 0), oracle.Rec("k", 200, -4.0, 1)]
     engine.process(make_batch(recs), watermark_ms=0, batch_id=0, now_ms=7)
