@@ -2,6 +2,7 @@
 
 The package, by concern: :mod:`~revise.compare.config` (what to run), :mod:`~revise.compare.run`
 (the two runs and the figures), :mod:`~revise.compare.metrics` (pure pandas/numpy metrics),
+:mod:`~revise.compare.whatif` (the input replayed offline through the engine),
 :mod:`~revise.compare.report` (results, the table, JSON/CSV/Delta output),
 :mod:`~revise.compare.plots` (matplotlib). The command line is :mod:`revise.cli.compare`.
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from revise.compare.metrics import GraceOutcome, Percentiles, Volume
+from revise.compare.metrics import Percentiles, Volume
 from revise.compare.plots import PLOTS, SWEEP_PLOT, plot
 from revise.compare.sweep import SweepPoint
+from revise.compare.whatif import GraceOutcome
 from revise.config import format_duration
 from revise.query.local import COMPARISONS_SCHEMA, append_frame
 from revise.vocab import Mode

@@ -19,9 +19,7 @@ from revise.compare.metrics import (
     accuracy_fields,
     accuracy_over_time,
     anchor_initial_watermark,
-    grace_what_if,
     percentiles,
-    replay_batches,
     revisions_per_window,
     volume,
     wallclock_latency,
@@ -29,6 +27,7 @@ from revise.compare.metrics import (
 )
 from revise.compare.report import Comparison, ModeReport, write
 from revise.compare.sweep import recommend, run_sweep, sweep_settings
+from revise.compare.whatif import grace_what_if, replay_batches
 from revise.config import WindowSpec
 from revise.errors import ReviseError
 from revise.generate import EventStream

@@ -1,7 +1,7 @@
 """``revise compare --sweep``: which settings to choose, computed offline on the recorded input.
 
 The real run's well-formed input, cut into the micro-batches that read it
-(:func:`~revise.compare.metrics.replay_batches`), is run through the pure engine once per
+(:func:`~revise.compare.whatif.replay_batches`), is run through the pure engine once per
 setting: every combination of a grace, a watermark delay and an emission policy (watermark
 mode; revision mode revising on every change; ``--emit-min-change F``; ``--emit-every DUR``).
 Each setting gets three figures, all deterministic for the recorded split (no wall clock):
@@ -179,7 +179,7 @@ def run_sweep(base: EngineConfig, batches: Sequence[InputBatch],
 
     Args:
         base: The run's engine config (window kind and size).
-        batches: The recorded micro-batches (:func:`~revise.compare.metrics.replay_batches`).
+        batches: The recorded micro-batches (:func:`~revise.compare.whatif.replay_batches`).
         settings: What to try (:func:`sweep_settings`).
 
     Returns:
