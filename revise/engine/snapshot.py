@@ -20,7 +20,7 @@ from revise.engine.aggplan import AggPlan, Sketches
 from revise.engine.batch import IntArray
 from revise.engine.state import NO_SEAL, KeyTable, LastEmitted, WindowTable, unique_sorted
 from revise.errors import StateSchemaMismatch
-from windows import AggregateSet
+from windows import AggregateSet, State
 from windows.completeness import HISTOGRAM_TAG, DelayHistogram
 from windows.sketches import EncodedSketch
 
@@ -120,18 +120,8 @@ def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) 
     for name in ("start", "end", "rev", "n_late", "max_late"):
         arrays.append(pa.array(getattr(st, name)))
         names.append(name)
-    for c in aggs.columns:
-        arrays.append(pa.array(st.cols[c.name]))
-        names.append(f"col_{c.name}")
-    meta: dict[str, str] = {}
-    if isinstance(aggs, AggPlan):
-        for name, t in st.sketches.items():
-            enc = aggs.sketch(name).encode(t)
-            offsets = pa.array(enc.offsets, type=pa.int64())
-            arrays.append(pa.LargeListArray.from_arrays(offsets, pa.array(enc.slots)))
-            arrays.append(pa.LargeListArray.from_arrays(offsets, pa.array(enc.values)))
-            names += [f"sk_{name}_slots", f"sk_{name}_values"]
-            meta[f"revise.sketch.{name}"] = enc.tag
+    tags = _append_state(aggs, st.cols, st.sketches, "", arrays, names)
+    meta: dict[str, str] = {f"revise.sketch.{name}": tag for name, tag in tags.items()}
     if st.last is not None:
         _encode_last(st.last, aggs, arrays, names)
     meta |= {
@@ -218,16 +208,29 @@ def _encode_last(last: LastEmitted, aggs: AggregateSet, arrays: list[pa.Array],
     """Append the ``last_*`` columns of :func:`encode_snapshot` to ``arrays`` / ``names``."""
     arrays.append(pa.array(last.watermark_ms))
     names.append("last_wm")
+    _append_state(aggs, last.cols, last.sketches, "last_", arrays, names)
+
+
+def _append_state(aggs: AggregateSet, cols: State, sketches: Sketches, prefix: str,
+                  arrays: list[pa.Array], names: list[str]) -> dict[str, str]:
+    """Append the state's columns to ``arrays`` / ``names``; each sketch's version tag by name.
+
+    ``{prefix}col_C`` per state column, then ``{prefix}sk_NAME_slots`` and
+    ``{prefix}sk_NAME_values`` per sketch.
+    """
     for c in aggs.columns:
-        arrays.append(pa.array(last.cols[c.name]))
-        names.append(f"last_col_{c.name}")
+        arrays.append(pa.array(cols[c.name]))
+        names.append(f"{prefix}col_{c.name}")
+    tags: dict[str, str] = {}
     if isinstance(aggs, AggPlan):
-        for name, t in last.sketches.items():
+        for name, t in sketches.items():
             enc = aggs.sketch(name).encode(t)
             offsets = pa.array(enc.offsets, type=pa.int64())
             arrays.append(pa.LargeListArray.from_arrays(offsets, pa.array(enc.slots)))
             arrays.append(pa.LargeListArray.from_arrays(offsets, pa.array(enc.values)))
-            names += [f"last_sk_{name}_slots", f"last_sk_{name}_values"]
+            names += [f"{prefix}sk_{name}_slots", f"{prefix}sk_{name}_values"]
+            tags[name] = enc.tag
+    return tags
 
 
 def _decode_delays(meta: dict[str, str]) -> DelayHistogram:
