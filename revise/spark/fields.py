@@ -13,7 +13,7 @@ surely accepts first, as ``parse``'s own Java path does; the variant is built fo
 
 Rules (a "field" is a dotted path into nested objects: ``payload.user.id``):
 
-- **Key.** One key field: a JSON string, the key as is (today's rule). Several key fields
+- **Key.** One key field: a JSON string, the key as is (as the plain parse). Several key fields
   (``--key-field store,region``): each a string, number or boolean, and the key is the JSON
   array of their canonical texts, e.g. ``["store-1",42]``. Missing, null, object or array
   members make a dead letter naming the member.
@@ -24,12 +24,12 @@ Rules (a "field" is a dotted path into nested objects: ``payload.user.id``):
   all ``1``), else float64 in Java's ``Double.toString`` form (``1.5``, ``2.5E-7``). A string
   never equals a number (``"1"`` vs ``1``). Non-finite numbers are dead letters.
 - **Event time** (``ts_ms``, int64 epoch ms, accepted in ``[0, 2**53)``): ``epoch_ms`` an
-  integer (today's rule); ``epoch_s`` any finite number of seconds, fractions allowed,
+  integer (the plain parse's rule); ``epoch_s`` any finite number of seconds, fractions allowed,
   ``ms = floor(s * 1000)`` (to 1e-9 s); ``epoch_us`` an integer, ``ms = floor(us / 1000)``;
   ``iso8601`` a text ``YYYY-MM-DD[T or space]hh:mm:ss[.fraction]`` with ``Z`` or an offset
   (``+01:00``, ``+0100``, ``-05``), sub-ms digits truncated; a text without zone is a dead letter.
   ``@timestamp``: the Kafka record timestamp (the source's ``timestamp`` column).
-- **Numeric aggregated fields**: a finite JSON number, read as float64 (today's value rule).
+- **Numeric aggregated fields**: a finite JSON number, read as float64 (as the plain parse reads a value).
 - **Distinct fields**: a string, number or boolean, as canonical text.
 
 Checks run in this order and the first failing one is the reason: empty value, invalid JSON,
@@ -136,7 +136,7 @@ def _scalar_check(i: int, field: str, role: str, *, string_only: bool) -> _Check
 
 
 def _numeric_check(i: int, field: str) -> _Check:
-    """A numeric aggregated field: a finite JSON number, as float64 (today's value rule)."""
+    """A numeric aggregated field: a finite JSON number, as float64, as the plain parse reads it."""
     p, q, t, val = _sql_str(variant_path(field, "field")), _quoted(field), f"_n{i}", f"_nv{i}"
     sub = f"{t}v"
     pre = (F.expr(f"schema_of_variant({sub})").alias(t), F.expr(_double(sub, p)).alias(val))
