@@ -29,7 +29,7 @@ Rules (a "field" is a dotted path into nested objects: ``payload.user.id``):
   ``iso8601`` a text ``YYYY-MM-DD[T or space]hh:mm:ss[.fraction]`` with ``Z`` or an offset
   (``+01:00``, ``+0100``, ``-05``), sub-ms digits truncated; a text without zone is a dead letter.
   ``@timestamp``: the Kafka record timestamp (the source's ``timestamp`` column).
-- **Numeric aggregated fields**: a finite JSON number, read as float64 (as the plain parse reads a value).
+- **Numeric aggregated fields**: a finite JSON number, read as float64 (as the plain parse).
 - **Distinct fields**: a string, number or boolean, as canonical text.
 
 Checks run in this order and the first failing one is the reason: empty value, invalid JSON,
