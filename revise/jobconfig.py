@@ -196,6 +196,12 @@ class JobConfig:
                 flag = "--" + name.replace("_", "-")
                 msg = f"{flag} is required; give it on the command line or as REVISE_{name.upper()}"
                 raise ConfigError(msg)
+        aggs = self.engine.aggs
+        if aggs.bare and aggs.value_field != self.value_field.strip():
+            msg = (f"--value-field {self.value_field!r} is not the field the bare --aggs {aggs} "
+                   f"aggregates ({aggs.value_field!r}); build the engine's aggregates with "
+                   f"AggList.parse({str(aggs)!r}, value_field={self.value_field.strip()!r})")
+            raise ConfigError(msg)
         if len(urlparse(self.checkpoint).scheme) > 1:  # one letter: a Windows drive
             msg = (
                 f"--checkpoint {self.checkpoint!r} is a URI; revise keeps its job file and "

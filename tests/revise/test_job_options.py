@@ -4,6 +4,7 @@ fingerprint; bad values exit 2 naming the fix before any client starts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -47,6 +48,8 @@ def test_default_options_are_the_plain_input_spec_with_spec_schema_and_fingerpri
     assert nested.revision_schema is REVISION_SCHEMA
     count = config("--aggs", "count").input_spec
     assert count.numeric_fields == () and count.value_field == "value" and count.plain
+    with pytest.raises(ConfigError, match="value_field='v'"):  # one value field, not two
+        dataclasses.replace(config(), value_field="v")
 
 
 def test_fn_field_options_reach_the_spec_schema_and_fingerprint():
