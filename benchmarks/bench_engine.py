@@ -27,7 +27,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
 import argparse  # noqa: E402
 import json  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from dataclasses import asdict, dataclass  # noqa: E402
+from dataclasses import asdict, dataclass, replace  # noqa: E402
 
 import numpy as np  # noqa: E402
 import numpy.typing as npt  # noqa: E402
@@ -125,8 +125,9 @@ def _floor(window: WindowSpec, wl: Workload) -> Callable[[], object]:
 
 def _measure(window: str, mode: str, wl: Workload, repeat: int, floor_s: float,
              aggs: AggList | None = None) -> Result:
-    cfg = EngineConfig(WindowSpec.parse(window), grace_ms=5000,
-                       mode="revision" if mode == "revision" else "watermark", agg_list=aggs)
+    base = EngineConfig(WindowSpec.parse(window), grace_ms=5000,
+                        mode="revision" if mode == "revision" else "watermark")
+    cfg = base if aggs is None else replace(base, aggs=aggs)
     outputs: list[BatchOutput] = []
 
     def go() -> None:

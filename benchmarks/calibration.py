@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from revise.aggspec import AggList
 from revise.config import EngineConfig, WindowSpec
 from revise.engine import InputBatch
 from revise.generate.stream import GeneratorConfig, generate
@@ -83,7 +84,8 @@ def batches_of(setting: Setting, events: int, seed: int) -> list[InputBatch]:
 def measure(setting: Setting, events: int, seed: int, min_count: int) -> dict[str, Any]:
     """Run one setting and compute its figures (module docstring)."""
     config = EngineConfig(WindowSpec.parse(setting.window), setting.grace_ms,
-                          setting.watermark_delay_ms, ("count", "sum"), "revision", "calib")
+                          setting.watermark_delay_ms, AggList.parse("count,sum"), "revision",
+                          "calib")
     batches = batches_of(setting, events, seed)
     t0 = time.perf_counter()
     outs = run_batches(config, batches)

@@ -7,8 +7,9 @@ Two forms, never mixed in one list:
   ``distinct``; FIELD is a dotted path into nested JSON objects (``payload.user.id``) whose
   segments hold letters, digits and ``_``. Output columns are ``count`` and ``FN_FIELD`` with
   the dots of FIELD turned into ``_`` (``distinct(ev.user)`` → ``distinct_ev_user``).
-- The bare legacy form ``count,sum,min,max,mean`` (any non-empty subset) aggregates
-  ``--value-field`` and keeps today's columns ``count``, ``sum``, ``min``, ``max``, ``mean``.
+- The bare form ``count,sum,min,max,mean`` (any non-empty subset) is sugar for the same
+  aggregates of ``--value-field``, parsed into the same :class:`AggSpec` s; its output columns
+  are the function names ``count``, ``sum``, ``min``, ``max``, ``mean`` (SPEC §4).
 
 Every output column has a ``prev_`` column beside it. Function names ignore case and spaces;
 field paths are case-sensitive.
@@ -21,21 +22,23 @@ fields ``("user",)``, a value is required.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Literal
 
 import pyarrow as pa
 
 from revise.errors import ConfigError
+from windows.aggregates import REGISTRY, Aggregate
 
-__all__ = ["LEGACY_NAMES", "AggKind", "AggList", "AggSpec", "field_column"]
+__all__ = ["BARE_NAMES", "AggKind", "AggList", "AggSpec", "field_column"]
 
 AggKind = Literal["count", "numeric", "distinct"]
 
-LEGACY_NAMES: tuple[str, ...] = ("count", "sum", "min", "max", "mean")
-"""The bare form's names, in today's output column order."""
+BARE_NAMES: tuple[str, ...] = ("count", "sum", "min", "max", "mean")
+"""The bare form's names, in SPEC §4 output column order."""
 
-_NUMERIC_FNS = ("sum", "min", "max", "mean")
 _ITEM = re.compile(r"^([A-Za-z][A-Za-z0-9.]*)\s*(?:\((.*)\))?$", re.DOTALL)
 _PERCENTILE = re.compile(r"^p([1-9][0-9]?)$")
 _SEGMENT = re.compile(r"^\w+$")
@@ -54,15 +57,28 @@ class AggSpec:
     Attributes:
         fn: ``count``, ``sum``, ``min``, ``max``, ``mean``, ``pNN`` or ``distinct``.
         field: The dotted JSON path aggregated; ``None`` for ``count``.
-        column: The output column (``count``, ``sum`` in the legacy form, else ``FN_FIELD``).
+        column: The output column: ``count``; the function name (``sum``) in the bare form;
+            else ``FN_FIELD``.
         kind: ``count`` (needs no field), ``numeric`` (a finite float64 per record) or
             ``distinct`` (a canonical text per record).
+        aggregate: The registered :class:`~windows.Aggregate` computing ``count`` or a
+            ``numeric`` aggregate other than ``pNN`` (its state columns and result); ``None``
+            for ``pNN`` and ``distinct``, which the engine computes from sketches.
     """
 
     fn: str
     field: str | None
     column: str
     kind: AggKind
+    aggregate: Aggregate | None = dc_field(default=None, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The aggregate as ``--aggs`` names it: ``count``, ``sum`` (bare form), ``sum(a)``.
+
+        It names the aggregate in stored state's version tags and in :class:`AggList`'s text.
+        """
+        return self.fn if self.column == self.fn else f"{self.fn}({self.field})"
 
     @property
     def percentile(self) -> int | None:
@@ -92,15 +108,21 @@ class AggList:
     Attributes:
         specs: The aggregates; their columns are unique, and no two distinct field paths share
             a column form (``a.b`` and ``a_b`` would both become ``..._a_b``).
-        legacy: True for the bare form on ``--value-field`` (columns ``count``, ``sum``, ...).
+        value_field: The record's ``--value-field`` (dotted path): what the bare form
+            aggregates, and the field an :class:`~revise.engine.InputBatch`'s ``values`` holds.
     """
 
     specs: tuple[AggSpec, ...]
-    legacy: bool
+    value_field: str = "value"
 
     @staticmethod
-    def parse(text: str, *, value_field: str = "value") -> AggList:
+    def parse(text: str, *, value_field: str = "value",
+              registry: Mapping[str, Aggregate] = REGISTRY) -> AggList:
         """Parse ``--aggs`` text; ``value_field`` is the field the bare form aggregates.
+
+        ``registry`` holds the aggregates ``FN(FIELD)`` may name besides ``pNN`` and
+        ``distinct`` (:data:`windows.aggregates.REGISTRY`: ``sum``, ``min``, ``max``,
+        ``mean``); the bare form names only :data:`BARE_NAMES`.
 
         Raises:
             ConfigError: On an empty list, an unknown function, a malformed item or field, a
@@ -118,7 +140,7 @@ class AggList:
         if "" in items:
             msg = f"{where} has an empty item between commas; {_HELP}"
             raise ConfigError(msg)
-        parsed = [_parse_item(item, where, value_field) for item in items]
+        parsed = [_parse_item(item, where, value_field, registry) for item in items]
         bare = [item for item, (fn, field) in zip(items, parsed, strict=True)
                 if field is None and fn != "count"]
         called = [item for item, (_, field) in zip(items, parsed, strict=True) if field]
@@ -128,9 +150,8 @@ class AggList:
             msg = (f"{where} mixes the bare form ({bare[0]}, which aggregates --value-field) "
                    f"with FN(FIELD) ({called[0]}); use one form, e.g. {fixed}")
             raise ConfigError(msg)
-        legacy = not called
-        specs = tuple(_spec(fn, field, legacy, value_field) for fn, field in parsed)
-        result = AggList(specs, legacy)
+        specs = tuple(_spec(fn, field, value_field, registry) for fn, field in parsed)
+        result = AggList(specs, value_field)
         result.check(where)
         return result
 
@@ -161,6 +182,15 @@ class AggList:
         return tuple(s.column for s in self.specs)
 
     @property
+    def bare(self) -> bool:
+        """Whether every column is named by its function alone (the bare form).
+
+        Those are SPEC §4's ``count``, ``sum``, ``min``, ``max``, ``mean``: a revision then
+        carries all five, null where not requested.
+        """
+        return all(s.column == s.fn for s in self.specs)
+
+    @property
     def numeric_fields(self) -> tuple[str, ...]:
         """Distinct field paths read as finite float64 (sum/min/max/mean/pNN), first-seen order."""
         return tuple(dict.fromkeys(s.field for s in self.specs
@@ -183,12 +213,11 @@ class AggList:
                 *(pa.field(s.prev_column, s.arrow_type, nullable=True) for s in self.specs)]
 
     def __str__(self) -> str:
-        if self.legacy:
-            return ",".join(s.fn for s in self.specs)
-        return ",".join(s.fn if s.kind == "count" else f"{s.fn}({s.field})" for s in self.specs)
+        return ",".join(s.name for s in self.specs)
 
 
-def _parse_item(item: str, where: str, value_field: str) -> tuple[str, str | None]:
+def _parse_item(item: str, where: str, value_field: str,
+                registry: Mapping[str, Aggregate]) -> tuple[str, str | None]:
     """``"p99(a.b)"`` → ``("p99", "a.b")``; ``"sum"`` → ``("sum", None)``."""
     m = _ITEM.match(item)
     if not m:
@@ -196,9 +225,9 @@ def _parse_item(item: str, where: str, value_field: str) -> tuple[str, str | Non
         raise ConfigError(msg)
     fn, arg = m.group(1).lower(), m.group(2)
     looks_percentile = re.match(r"^p[0-9.]", fn) is not None
-    if fn not in ("count", "distinct", *_NUMERIC_FNS) and not looks_percentile:
-        msg = (f"{where}: unknown aggregate {m.group(1)!r}; choose from count, sum, min, max, "
-               f"mean, pNN (NN 1-99, e.g. p99) and distinct")
+    if fn not in ("distinct", *registry) and not looks_percentile:
+        known = ", ".join((*registry, "pNN (NN 1-99, e.g. p99)"))
+        msg = f"{where}: unknown aggregate {m.group(1)!r}; choose from {known} and distinct"
         raise ConfigError(msg)
     if looks_percentile and not _PERCENTILE.match(fn):
         msg = (f"{where}: percentile {m.group(1)!r} must be p1 ... p99, a whole percent "
@@ -210,7 +239,7 @@ def _parse_item(item: str, where: str, value_field: str) -> tuple[str, str | Non
             raise ConfigError(msg)
         return fn, None
     if arg is None:
-        if fn in _NUMERIC_FNS:
+        if fn in BARE_NAMES:
             return fn, None
         msg = f"{where}: {fn} needs a field; write {fn}(FIELD), e.g. {fn}({value_field})"
         raise ConfigError(msg)
@@ -222,11 +251,13 @@ def _parse_item(item: str, where: str, value_field: str) -> tuple[str, str | Non
     return fn, field
 
 
-def _spec(fn: str, field: str | None, legacy: bool, value_field: str) -> AggSpec:
+def _spec(fn: str, path: str | None, value_field: str,
+          registry: Mapping[str, Aggregate]) -> AggSpec:
+    """The spec of one parsed item: a bare ``sum`` is ``sum`` of ``value_field``, column ``sum``."""
     if fn == "count":
-        return AggSpec("count", None, "count", "count")
-    if legacy:
-        return AggSpec(fn, value_field, fn, "numeric")
-    assert field is not None
-    kind: AggKind = "distinct" if fn == "distinct" else "numeric"
-    return AggSpec(fn, field, f"{fn}_{field_column(field)}", kind)
+        return AggSpec("count", None, "count", "count", registry["count"])
+    if path is None:
+        return AggSpec(fn, value_field, fn, "numeric", registry[fn])
+    if fn == "distinct":
+        return AggSpec(fn, path, f"distinct_{field_column(path)}", "distinct")
+    return AggSpec(fn, path, f"{fn}_{field_column(path)}", "numeric", registry.get(fn))

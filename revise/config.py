@@ -15,28 +15,22 @@ import re
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from revise.aggspec import AggList
+from revise.aggspec import BARE_NAMES, AggList
 from revise.errors import ConfigError
 from revise.vocab import MODES, Mode, UnknownWord, as_mode
-from windows.aggregates import REGISTRY
 
 __all__ = [
-    "AGGREGATE_NAMES",
     "EmitPolicy",
     "EngineConfig",
     "Mode",
     "WindowKind",
     "WindowSpec",
     "format_duration",
-    "parse_aggs",
     "parse_mode",
     "parse_duration",
 ]
 
 WindowKind = Literal["tumbling", "hopping", "session"]
-
-AGGREGATE_NAMES: tuple[str, ...] = tuple(REGISTRY)
-"""Aggregates a revision can carry (SPEC §4), in output column order: the registry's names."""
 
 _UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
@@ -201,30 +195,6 @@ def parse_mode(text: str) -> Mode:
         raise ConfigError(msg) from None
 
 
-def parse_aggs(text: str) -> tuple[str, ...]:
-    """Parse ``"count,sum"`` into ``("count", "sum")`` (case and spaces ignored).
-
-    Raises:
-        ConfigError: On an empty list, an unknown name or a repeated name.
-    """
-    names = tuple(p.strip().lower() for p in text.split(",") if p.strip())
-    _check_aggs(names, f'--aggs "{text}"')
-    return names
-
-
-def _check_aggs(names: tuple[str, ...], where: str) -> None:
-    if not names:
-        msg = f"{where} names no aggregate; write e.g. count,sum,min,max,mean"
-        raise ConfigError(msg)
-    for n in names:
-        if n not in AGGREGATE_NAMES:
-            msg = f"{where}: unknown aggregate {n!r}; choose from {','.join(AGGREGATE_NAMES)}"
-            raise ConfigError(msg)
-    if len(set(names)) != len(names):
-        msg = f"{where} repeats an aggregate; list each once, e.g. count,sum"
-        raise ConfigError(msg)
-
-
 @dataclass(frozen=True, slots=True)
 class EmitPolicy:
     """How often a window's EARLY/LATE revisions are emitted (revision mode; docs/SEMANTICS.md).
@@ -260,31 +230,25 @@ class EngineConfig:
             the first batch whose watermark reaches ``window_end + grace_ms``.
         watermark_delay_ms: Watermark = max accepted event time − this (>= 0 ms); used by the
             caller's watermark tracker, not by the engine itself.
-        aggs: Aggregates to emit: bare names from :data:`AGGREGATE_NAMES` (the legacy form
-            on the record value; others are null in output). With a non-legacy ``agg_list``
-            it is set to that list's output columns (``count`` / ``FN_FIELD``).
+        aggs: The aggregates to emit (:class:`~revise.aggspec.AggList`, ``--aggs`` parsed);
+            by default ``count,sum,min,max,mean`` of the record value.
         mode: ``revision`` (every change, then FINAL) or ``watermark`` (only FINAL, rev 0).
         query_id: Stable job id carried by every revision.
-        agg_list: An :class:`~revise.aggspec.AggList` (``--aggs`` parsed); None or a legacy
-            list: the legacy list of ``aggs`` (``aggs`` wins, so ``dataclasses.replace`` of
-            ``aggs`` works). Read it as :attr:`aggregates`.
         emit_min_change: ``--emit-min-change`` (:attr:`EmitPolicy.min_change`, >= 0;
             revision mode only). None: not set.
         emit_every_ms: ``--emit-every`` (:attr:`EmitPolicy.every_ms`, > 0 ms; revision mode
             only). None: not set.
 
-    Trace: ``EngineConfig(w, 0, aggs=("count", "sum")).aggregates`` is legacy with columns
-    ``count, sum``; ``agg_list=AggList.parse("count,p99(lat)")`` gives ``aggs == ("count",
-    "p99_lat")``.
+    Trace: ``EngineConfig(w, 0, aggs=AggList.parse("count,p99(lat)")).aggs.columns`` is
+    ``("count", "p99_lat")``; ``AggList.parse("count,sum")`` gives columns ``count, sum``.
     """
 
     window: WindowSpec
     grace_ms: int
     watermark_delay_ms: int = 0
-    aggs: tuple[str, ...] = AGGREGATE_NAMES
+    aggs: AggList = AggList.parse(",".join(BARE_NAMES))
     mode: Mode = "revision"
     query_id: str = "revise"
-    agg_list: AggList | None = None
     emit_min_change: float | None = None
     emit_every_ms: int | None = None
 
@@ -295,12 +259,6 @@ class EngineConfig:
             return None
         return EmitPolicy(self.emit_min_change, self.emit_every_ms)
 
-    @property
-    def aggregates(self) -> AggList:
-        """The aggregates as an AggList (the legacy list of ``aggs`` in the bare form)."""
-        assert self.agg_list is not None  # set by __post_init__
-        return self.agg_list
-
     def __post_init__(self) -> None:
         if not isinstance(self.window, WindowSpec):
             msg = f"window must be a WindowSpec (use WindowSpec.parse), got {self.window!r}"
@@ -310,19 +268,10 @@ class EngineConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 msg = f"{name} must be an integer >= 0 ms, got {value!r}; e.g. --grace 10s"
                 raise ConfigError(msg)
-        if isinstance(self.aggs, str):
-            msg = f"aggs must be a tuple of names; use parse_aggs({self.aggs!r})"
+        if not isinstance(self.aggs, AggList):
+            msg = f"aggs must be an AggList, got {self.aggs!r}; use AggList.parse(\"count,sum\")"
             raise ConfigError(msg)
-        if self.agg_list is not None and not isinstance(self.agg_list, AggList):
-            msg = f"agg_list must be an AggList (use AggList.parse), got {self.agg_list!r}"
-            raise ConfigError(msg)
-        if self.agg_list is not None and not self.agg_list.legacy:
-            self.agg_list.check("aggs")
-            object.__setattr__(self, "aggs", self.agg_list.columns)
-        else:
-            object.__setattr__(self, "aggs", tuple(self.aggs))
-            _check_aggs(self.aggs, "aggs")
-            object.__setattr__(self, "agg_list", AggList.parse(",".join(self.aggs)))
+        self.aggs.check("aggs")
         if self.mode not in MODES:
             msg = f"mode must be revision or watermark, got {self.mode!r}"
             raise ConfigError(msg)

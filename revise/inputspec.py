@@ -70,6 +70,9 @@ class InputSpec:
         ts_format: ``epoch_ms``, ``epoch_s``, ``epoch_us`` or ``iso8601``.
         numeric_fields: Paths read as finite float64 (for sum/min/max/mean/pNN).
         distinct_fields: Paths read as canonical text (for distinct).
+        value_field: The bare ``--aggs`` form's ``--value-field``: the parse gives its number
+            as a ``value`` column (0.0 where no aggregate needs it and it is not a finite
+            number), which late records carry; ``None`` in the ``FN(FIELD)`` form.
     """
 
     key_fields: tuple[str, ...] = ("key",)
@@ -77,6 +80,7 @@ class InputSpec:
     ts_format: TsFormat = "epoch_ms"
     numeric_fields: tuple[str, ...] = ()
     distinct_fields: tuple[str, ...] = ()
+    value_field: str | None = None
 
     def __post_init__(self) -> None:
         if not self.key_fields or len(set(self.key_fields)) != len(self.key_fields):
@@ -105,7 +109,22 @@ class InputSpec:
         """The spec of the options ``--key-field``, ``--ts-field``, ``--ts-format``, ``--aggs``."""
         return InputSpec(parse_key_fields(key_field), ts_field.strip(),
                          ts_format.strip().lower(),  # type: ignore[arg-type]
-                         aggs.numeric_fields, aggs.distinct_fields)
+                         aggs.numeric_fields, aggs.distinct_fields,
+                         aggs.value_field if aggs.bare else None)
+
+    @property
+    def plain(self) -> bool:
+        """Whether this is the shape ``revise.spark.parse.classify`` reads (``FastParse``).
+
+        That is a ``value_field`` with one top-level key field, a top-level ``epoch_ms``
+        event-time field and top-level fields only: ``InputSpec(value_field="value")`` (key
+        ``key``, ts ``ts``, number ``value``) is one.
+        """
+        return (self.value_field is not None and len(self.key_fields) == 1
+                and self.ts_format == "epoch_ms" and self.ts_field != KAFKA_TIMESTAMP
+                and not self.distinct_fields
+                and all("." not in f for f in (*self.key_fields, self.ts_field,
+                                               *self.numeric_fields)))
 
     @staticmethod
     def numeric_column(field: str) -> str:

@@ -16,7 +16,7 @@ import pyarrow as pa
 from revise.checkpoint import checkpoint_fingerprint
 from revise.config import EngineConfig
 from revise.errors import ConfigError
-from revise.inputspec import KAFKA_TIMESTAMP, InputSpec, parse_key_fields
+from revise.inputspec import InputSpec
 from revise.kafka import KafkaSettings
 from revise.records import revision_schema
 from sinks.delta_layout import MIN_LOG_RETENTION_MS
@@ -166,6 +166,12 @@ class JobConfig:
                 flag = "--" + name.replace("_", "-")
                 msg = f"{flag} is required; give it on the command line or as REVISE_{name.upper()}"
                 raise ConfigError(msg)
+        aggs = self.engine.aggs
+        if aggs.bare and aggs.value_field != self.value_field.strip():
+            msg = (f"--value-field {self.value_field!r} is not the field the bare --aggs {aggs} "
+                   f"aggregates ({aggs.value_field!r}); build the engine's aggregates with "
+                   f"AggList.parse({str(aggs)!r}, value_field={self.value_field.strip()!r})")
+            raise ConfigError(msg)
         if len(urlparse(self.checkpoint).scheme) > 1:  # one letter: a Windows drive
             msg = (
                 f"--checkpoint {self.checkpoint!r} is a URI; revise keeps its job file and "
@@ -227,34 +233,13 @@ class JobConfig:
             ConfigError: A field option cannot be read (empty path segment, repeated key
                 field, unknown ``--ts-format``).
         """
-        aggs = self.engine.aggregates
-        if aggs.legacy:
-            numeric = (self.value_field.strip(),) if aggs.value_required else ()
-            return InputSpec(parse_key_fields(self.key_field), self.ts_field.strip(),
-                             self.ts_format.strip().lower(),  # type: ignore[arg-type]
-                             numeric, ())
         return InputSpec.build(key_field=self.key_field, ts_field=self.ts_field,
-                               ts_format=self.ts_format, aggs=aggs)
+                               ts_format=self.ts_format, aggs=self.engine.aggs)
 
     @property
     def revision_schema(self) -> pa.Schema:
         """The revisions' Arrow schema: SPEC §4's, with the ``--aggs`` columns (§7)."""
-        return revision_schema(self.engine.aggregates)
-
-    @property
-    def legacy_input(self) -> bool:
-        """True for today's input options, parsed by the benchmarked ``revise.spark.parse``.
-
-        That is: the bare ``--aggs`` form, one top-level key field, a top-level epoch-ms
-        event-time field and a top-level value field. Anything else (dotted paths, grouped
-        keys, other time formats, ``@timestamp``, ``FN(FIELD)``) goes through
-        ``revise.spark.fields``.
-        """
-        spec = self.input_spec
-        plain = all("." not in f for f in (*spec.key_fields, spec.ts_field,
-                                           *spec.numeric_fields))
-        return (self.engine.aggregates.legacy and len(spec.key_fields) == 1 and plain
-                and spec.ts_format == "epoch_ms" and spec.ts_field != KAFKA_TIMESTAMP)
+        return revision_schema(self.engine.aggs)
 
     @property
     def kafka_settings(self) -> KafkaSettings:
@@ -276,22 +261,22 @@ class JobConfig:
     def fingerprint(self) -> dict[str, object]:
         """What a checkpoint is tied to: changing any of these needs a new checkpoint.
 
-        Today's options give today's keys and values, so existing checkpoints still restart;
-        the state layout is recorded under :data:`STATE_LAYOUT_KEY` (a checkpoint without it
-        cannot restart: :func:`check_state_layout`). The ``FN(FIELD)`` form
+        The bare ``--aggs`` form records its list of names (``["count", "sum"]``); the state
+        layout is recorded under :data:`STATE_LAYOUT_KEY` (a checkpoint without it cannot
+        restart: :func:`check_state_layout`). The ``FN(FIELD)`` form
         records the whole ``--aggs`` text and a non-default ``--ts-format`` is recorded under
         its own key. An emit policy (``--emit-min-change`` / ``--emit-every``) is recorded as
         ``emit_policy: on``, without its thresholds: those may change on a restart.
         """
         e = self.engine
-        aggs = e.aggregates
+        aggs = e.aggs
         out: dict[str, object] = {
             "query_id": e.query_id,
             "input_topic": self.input_topic,
             "window": str(e.window),
             "grace_ms": e.grace_ms,
             "watermark_delay_ms": e.watermark_delay_ms,
-            "aggs": list(e.aggs) if aggs.legacy else str(aggs),
+            "aggs": list(aggs.columns) if aggs.bare else str(aggs),
             "mode": e.mode,
             "shards": self.shards,
             "fields": [self.key_field, self.ts_field, self.value_field],

@@ -86,8 +86,8 @@ class RevisionBatch:
     emitted_at_ms: npt.NDArray[np.int64]
     completeness: npt.NDArray[np.float64]
     extra: Mapping[str, npt.NDArray[Any]] = dc_field(default_factory=dict)
-    """Columns of an :class:`AggList` beyond ``count`` (``FN_FIELD`` and ``prev_FN_FIELD``);
-    empty in the legacy form. ``prev_`` ones hold a placeholder where ``has_prev`` is False."""
+    """Columns of an :class:`AggList` other than SPEC §4's ``count`` … ``mean`` (``FN_FIELD``
+    and ``prev_FN_FIELD``). ``prev_`` ones hold a placeholder where ``has_prev`` is False."""
 
     ARRAY_FIELDS: ClassVar[tuple[str, ...]] = (
         "key", "window_start_ms", "window_end_ms", "revision", "timing", "is_final", "retracted",

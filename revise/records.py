@@ -109,7 +109,8 @@ _EST_AT = REVISION_SCHEMA.get_field_index(ESTIMATE_FIELDS[0])
 def revision_schema(aggs: AggList) -> pa.Schema:
     """Arrow schema of a revision row for ``aggs`` (SPEC §4, §7).
 
-    The legacy bare form gives :data:`REVISION_SCHEMA` itself; otherwise the columns
+    The bare form (every column one of :data:`AGG_FIELDS`) gives :data:`REVISION_SCHEMA`
+    itself: all five aggregate columns, null where not requested; otherwise the columns
     ``count`` … ``mean`` and their ``prev_*`` are replaced by ``aggs``' columns (``count``
     int64, ``FN_FIELD`` float64, ``distinct_FIELD`` int64), then their ``prev_`` columns, and
     ``est_count``, ``est_sum`` by an ``est_`` column (float64) per count and sum requested.
@@ -117,7 +118,7 @@ def revision_schema(aggs: AggList) -> pa.Schema:
     Trace: ``count,p99(lat)`` → ``…, retracted, count, p99_lat, prev_count, prev_p99_lat,
     n_late, …, emitted_at_ms, completeness, est_count``.
     """
-    if aggs.legacy:
+    if aggs.bare:
         return REVISION_SCHEMA
     return with_aggregate_fields(aggs.arrow_fields(), estimated_columns(aggs.columns))
 

@@ -12,10 +12,11 @@ meaning can never silently reuse old state.
 
 Defining an aggregate is local to this module: its state columns and result, then
 :func:`register`. The names registered when this module is imported are the aggregates revise
-offers: ``revise.config.AGGREGATE_NAMES`` (what ``--aggs`` accepts) and the output columns of
-``revise.records`` (a double each, ``count`` a long, plus ``prev_*``) derive from
-:data:`REGISTRY`, so a new one becomes a new revision column (a change of the SPEC §4
-contract, to be made with it). E.g. a population variance::
+offers: ``--aggs`` accepts each as ``FN(FIELD)`` (``revise.aggspec.AggList.parse``, which also
+takes another registry), and SPEC §4's revision columns of ``revise.records`` (a double each,
+``count`` a long, plus ``prev_*``) derive from :data:`REGISTRY`, so a new one registered here
+becomes a new revision column (a change of the SPEC §4 contract, to be made with it); in a
+registry of its own it only becomes ``FN_FIELD`` columns. E.g. a population variance::
 
     SUMSQ = StateColumn("sumsq", np.float64, np.add, 0.0, lambda v: v * v)
     register(Aggregate("variance", 1, (COUNT, SUM, SUMSQ),

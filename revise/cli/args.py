@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from revise.aggspec import AggList
-from revise.config import AGGREGATE_NAMES, EngineConfig, WindowSpec, parse_duration
+from revise.config import EngineConfig, WindowSpec, parse_duration
 from revise.errors import ConfigError
 from revise.generate import GeneratorConfig
 from revise.vocab import MODES, Mode
@@ -122,13 +122,12 @@ def engine_config(args: argparse.Namespace, *, mode: Mode = "revision",
     ``--aggs`` in either form (``revise.aggspec``); the bare form aggregates ``--value-field``
     where the command has one.
     """
-    aggs = AggList.parse(args.aggs, value_field=getattr(args, "value_field", None) or "value")
+    value_field = (getattr(args, "value_field", None) or "value").strip()
     return EngineConfig(
         window=WindowSpec.parse(args.window),
         grace_ms=maybe_duration(args.grace, "--grace") or 0,
         watermark_delay_ms=maybe_duration(args.watermark_delay, "--watermark-delay") or 0,
-        aggs=aggs.columns if aggs.legacy else AGGREGATE_NAMES,
-        agg_list=aggs,
+        aggs=AggList.parse(args.aggs, value_field=value_field),
         mode=mode,
         query_id=query_id,
         emit_min_change=maybe_float(getattr(args, "emit_min_change", None),

@@ -2,9 +2,10 @@
 
 The package, by concern: :mod:`~revise.compare.config` (what to run), :mod:`~revise.compare.run`
 (the two runs and the figures), :mod:`~revise.compare.metrics` (pure pandas/numpy metrics),
-:mod:`~revise.compare.results` (the figures of a comparison), :mod:`~revise.compare.sweep`
-(``--sweep``: settings replayed offline), :mod:`~revise.compare.report` (the table,
-JSON/CSV/Delta output),
+:mod:`~revise.compare.whatif` (the input replayed offline through the engine),
+:mod:`~revise.compare.sweep` (``--sweep``: settings replayed offline),
+:mod:`~revise.compare.results` (the figures of a comparison), :mod:`~revise.compare.report`
+(the table, JSON/CSV/Delta output),
 :mod:`~revise.compare.plots` (matplotlib). The command line is :mod:`revise.cli.compare`.
 
 What it does, in order:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from revise.compare.metrics import GraceOutcome, Percentiles, Volume
+from revise.compare.metrics import Percentiles, Volume
 from revise.compare.sweep import SweepPoint
+from revise.compare.whatif import GraceOutcome
 from revise.vocab import Mode
 
 __all__ = ["PLOTS", "SWEEP_PLOT", "Comparison", "ModeReport", "accuracy_at"]

@@ -19,9 +19,7 @@ from revise.compare.metrics import (
     accuracy_fields,
     accuracy_over_time,
     anchor_initial_watermark,
-    grace_what_if,
     percentiles,
-    replay_batches,
     revisions_per_window,
     volume,
     wallclock_latency,
@@ -30,6 +28,7 @@ from revise.compare.metrics import (
 from revise.compare.report import write
 from revise.compare.results import Comparison, ModeReport
 from revise.compare.sweep import recommend, run_sweep, sweep_settings
+from revise.compare.whatif import grace_what_if, replay_batches
 from revise.config import WindowSpec
 from revise.errors import ReviseError
 from revise.generate import EventStream
@@ -372,7 +371,7 @@ def _compute(
     summaries: dict[str, pd.DataFrame] = {}
     lates: dict[str, pd.DataFrame] = {}
     dead: dict[str, int] = {}
-    fields = accuracy_fields(cfg.engine.aggregates)
+    fields = accuracy_fields(cfg.engine.aggs)
     for mode in MODES:
         root = f"{cfg.delta_path}/{mode}"
         qid = cfg.query_id(mode)
@@ -433,7 +432,7 @@ def _compute(
     e = cfg.engine
     settings: dict[str, object] = {
         "window": str(e.window), "grace_ms": e.grace_ms, "watermark_delay_ms":
-        e.watermark_delay_ms, "aggs": list(e.aggs), "accuracy_fields": list(fields),
+        e.watermark_delay_ms, "aggs": list(e.aggs.columns), "accuracy_fields": list(fields),
         "emit_min_change": e.emit_min_change, "emit_every_ms": e.emit_every_ms,
         "max_records_per_batch":
         cfg.max_records_per_batch, "rate": cfg.rate, "trigger_ms": cfg.trigger_ms,

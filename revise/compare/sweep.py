@@ -1,7 +1,7 @@
 """``revise compare --sweep``: which settings to choose, computed offline on the recorded input.
 
 The real run's well-formed input, cut into the micro-batches that read it
-(:func:`~revise.compare.metrics.replay_batches`), is run through the pure engine once per
+(:func:`~revise.compare.whatif.replay_batches`), is run through the pure engine once per
 setting: every combination of a grace, a watermark delay and an emission policy (watermark
 mode; revision mode revising on every change; ``--emit-min-change F``; ``--emit-every DUR``).
 Each setting gets three figures, all deterministic for the recorded split (no wall clock):
@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from revise.aggspec import AggList
 from revise.compare.metrics import accuracy_over_time, anchor_initial_watermark, percentiles
 from revise.config import EngineConfig, format_duration
 from revise.engine import InputBatch
@@ -49,7 +50,7 @@ from revise.vocab import WINDOW_BOUNDS, Mode
 __all__ = ["SweepGrid", "SweepPoint", "SweepSetting", "frontier", "recommend", "run_sweep",
            "sweep_settings"]
 
-_AGGS = ("count", "sum")
+_AGGS = AggList.parse("count,sum")
 """The aggregates of every replay: ``--emit-min-change`` judges them, accuracy uses count."""
 
 
@@ -94,7 +95,7 @@ class SweepSetting:
     def engine(self, base: EngineConfig) -> EngineConfig:
         """``base`` with this setting (aggregates ``count,sum``, query id ``sweep``)."""
         return replace(base, mode=self.mode, grace_ms=self.grace_ms,
-                       watermark_delay_ms=self.watermark_delay_ms, aggs=_AGGS, agg_list=None,
+                       watermark_delay_ms=self.watermark_delay_ms, aggs=_AGGS,
                        query_id="sweep", emit_min_change=self.emit_min_change,
                        emit_every_ms=self.emit_every_ms)
 
@@ -185,7 +186,7 @@ def run_sweep(base: EngineConfig, batches: Sequence[InputBatch],
 
     Args:
         base: The run's engine config (window kind and size).
-        batches: The recorded micro-batches (:func:`~revise.compare.metrics.replay_batches`).
+        batches: The recorded micro-batches (:func:`~revise.compare.whatif.replay_batches`).
         settings: What to try (:func:`sweep_settings`).
 
     Returns:
@@ -197,7 +198,7 @@ def run_sweep(base: EngineConfig, batches: Sequence[InputBatch],
     span_all = int(np.max(np.concatenate(ts)) - np.min(np.concatenate(ts))) if ts else 0
     size = base.window.size_ms or base.window.gap_ms
     truth_cfg = replace(base, mode="watermark", grace_ms=span_all + size,
-                        watermark_delay_ms=0, aggs=_AGGS, agg_list=None, query_id="truth",
+                        watermark_delay_ms=0, aggs=_AGGS, query_id="truth",
                         emit_min_change=None, emit_every_ms=None)
     truth_revs, _ = _revisions(truth_cfg, batches)
     truth = (truth_revs[truth_revs["is_final"] & ~truth_revs["retracted"]]

@@ -73,8 +73,9 @@ Session timeline (gap 10s, grace 0; ``rev`` numbers per bounds)::
                                         retracted, [0,25000) rev 2 count=3 prev_count=2
 
 The package, by concern: :mod:`~revise.engine.batch` (the input batch, its checks, the
-step context and too-late records), :mod:`~revise.engine.state` (key table, open-window table,
-snapshot), :mod:`~revise.engine.fixed` (tumbling/hopping), :mod:`~revise.engine.sessions`,
+step context and too-late records), :mod:`~revise.engine.state` (key table, open-window table),
+:mod:`~revise.engine.snapshot` (state as bytes, fingerprint),
+:mod:`~revise.engine.fixed` (tumbling/hopping), :mod:`~revise.engine.sessions`,
 :mod:`~revise.engine.emitter` (typed parts → one sorted RevisionBatch),
 :mod:`~revise.engine.throttle` (emit policies),
 :mod:`~revise.engine.completeness` (each revision's ``completeness``, learned from arrival
@@ -85,7 +86,7 @@ from __future__ import annotations
 
 from revise.engine.batch import BatchOutput, InputBatch, InvalidInput
 from revise.engine.core import Engine, WatermarkRegression
-from revise.engine.state import SNAPSHOT_FORMAT
+from revise.engine.snapshot import SNAPSHOT_FORMAT
 
 __all__ = [
     "SNAPSHOT_FORMAT",

@@ -1,16 +1,17 @@
 """The aggregates of an :class:`~revise.aggspec.AggList` as engine state: columns and sketches.
 
 :class:`AggPlan` is an :class:`~windows.AggregateSet` (the engine reduces, merges and stores
-its state columns exactly as before) plus one sketch state per sketch:
+its state columns) plus one sketch state per sketch:
 
-- Legacy bare form (``count,sum,min,max,mean`` on ``--value-field``): exactly today's
-  AggregateSet over the 1-D ``InputBatch.values``; state columns ``count``, ``sum``, …; no
-  sketches. Output and snapshot columns are unchanged.
-- ``FN(FIELD)`` form: the record values are a float64 matrix, one column per numeric field
-  (:attr:`AggPlan.numeric_fields`); the state columns of field ``f`` are named ``f:sum``,
-  ``f:min``, ``f:max`` (``count`` is shared: every accepted record has every field). Each
-  ``pNN(f)`` reads one quantile sketch ``q:f`` shared by all percentiles of ``f``; each
-  ``distinct(f)`` one distinct sketch ``d:f`` over 63-bit hashes of the field's canonical text.
+- The record values are the numeric fields (:attr:`AggPlan.numeric_fields`): a float64
+  vector for one field, a matrix with one column per field for several. A field missing from
+  the batch's ``numeric`` is read from its ``values`` when it is the AggList's value field.
+- The state columns of a ``FN(FIELD)`` aggregate of field ``f`` are named ``f:sum``,
+  ``f:min``, ``f:max``; those of a bare-form aggregate (column ``sum``, ``min``, … of the
+  value field) ``sum``, ``min``, ``max``; ``count`` is shared (every accepted record has every
+  field). Each ``pNN(f)`` reads one quantile sketch ``q:f`` shared by all percentiles of
+  ``f``; each ``distinct(f)`` one distinct sketch ``d:f`` over 63-bit hashes of the field's
+  canonical text.
 
 Sketch states are :class:`~windows.SlotTable` s, one group per window row, merged exactly
 (integer counts / register maxima), so a FINAL is the one-pass sketch of the window's records.
@@ -24,17 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from revise.aggspec import AggList, AggSpec
-from windows import COUNT, AggregateSet, StateColumn, get_aggregate
+from windows import COUNT, Aggregate, AggregateSet, StateColumn, get_aggregate
 from windows.sketches import DistinctSketch, QuantileSketch, SlotTable
-
-if TYPE_CHECKING:
-    from revise.engine.batch import InputBatch
 
 __all__ = ["AggPlan", "Sketch", "Sketches", "concat_sketches", "insert_sketches", "take_sketches"]
 
@@ -54,9 +52,11 @@ class _SketchUse:
     column: int
 
 
-def _picker(j: int, base: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.generic]]
+def _picker(j: int | None, base: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.generic]]
             ) -> Callable[[npt.NDArray[np.float64]], npt.NDArray[np.generic]]:
-    """Contribution of column ``j`` of the record-value matrix through ``base``."""
+    """Contribution of column ``j`` of the record-value matrix through ``base`` (None: a vector)."""
+    if j is None:
+        return base
     return lambda v: base(v[:, j])
 
 
@@ -70,10 +70,8 @@ class AggPlan(AggregateSet):
         self.numeric_fields: tuple[str, ...] = agg_list.numeric_fields
         self.distinct_fields: tuple[str, ...] = agg_list.distinct_fields
         self.sketches: dict[str, _SketchUse] = {}
-        if agg_list.legacy:
-            AggregateSet.__init__(self, agg_list.columns)
-            return
         self.aggregates = (get_aggregate("count"),)
+        one = len(self.numeric_fields) == 1
         cols: dict[str, StateColumn] = {"count": COUNT}
         for s in agg_list.specs:
             if s.kind == "distinct":
@@ -83,64 +81,70 @@ class AggPlan(AggregateSet):
                 self.sketches[f"q:{s.field}"] = _SketchUse(
                     _QUANTILE, self.numeric_fields.index(str(s.field)))
             elif s.kind == "numeric":
-                j = self.numeric_fields.index(str(s.field))
-                for c in get_aggregate(s.fn).columns:
-                    name = c.name if c.name == "count" else f"{s.field}:{c.name}"
+                j = None if one else self.numeric_fields.index(str(s.field))
+                for c in _kernel(s).columns:
+                    name = _state_name(s, c.name)
                     cols.setdefault(name, StateColumn(name, c.dtype, c.ufunc, c.identity,
                                                       _picker(j, c.contribution)))
         self.columns = tuple(cols.values())
 
     @property
     def tags(self) -> tuple[str, ...]:
-        """Version tags stored with state: aggregates (``sum(a):1``) and sketches."""
-        if self.agg_list.legacy:
-            return AggregateSet.tags.fget(self)  # type: ignore[attr-defined,no-any-return]
-        out = []
-        for s in self.agg_list.specs:  # every column, as the legacy tags name every aggregate
-            if s.kind == "count":
-                out.append("count:1")
-            elif s.kind == "numeric" and s.percentile is None:
-                out.append(f"{s.fn}({s.field}):{get_aggregate(s.fn).version}")
-            else:
-                out.append(f"{s.fn}({s.field})")  # the sketch's own tag carries its version
+        """Version tags stored with state: ``count:1``, ``sum:1``, ``sum(a):1``, ``p99(a)``.
+
+        One per aggregate in order (a sketch aggregate's own version is its sketch's tag),
+        then ``q:a=…`` / ``d:u=…`` per sketch.
+        """
+        out = [s.name if s.aggregate is None else f"{s.name}:{s.aggregate.version}"
+               for s in self.agg_list.specs]
         return (*out, *(f"{n}={u.sketch.tag}" for n, u in self.sketches.items()))
 
-    def record_values(self, batch: InputBatch) -> npt.NDArray[np.float64]:
-        """What the state columns reduce: ``values`` (legacy) or the numeric-field matrix.
+    def record_values(self, values: npt.NDArray[np.float64],
+                      numeric: Mapping[str, npt.NDArray[np.float64]],
+                      distinct: Mapping[str, npt.NDArray[np.int64]]) -> npt.NDArray[np.float64]:
+        """What the state columns reduce: one numeric field's vector, else the field matrix.
+
+        ``values`` is the record value (the AggList's ``value_field``); ``numeric`` /
+        ``distinct`` the record's fields by path (float64 / 63-bit hashes), each as long as
+        ``values``.
 
         Raises:
-            InvalidInput: When the batch lacks a numeric or distinct field of the plan.
+            KeyError: Naming the first numeric or distinct field of the plan that is missing.
         """
-        if self.agg_list.legacy:
-            return batch.values
-        from revise.engine.batch import InvalidInput  # batch imports this module's types
+        def field(f: str) -> npt.NDArray[np.float64]:
+            if f in numeric:
+                return numeric[f]
+            if f == self.agg_list.value_field:
+                return values
+            raise KeyError(f)
 
-        missing = [f for f in self.numeric_fields if f not in batch.numeric] + \
-            [f for f in self.distinct_fields if f not in batch.distinct]
+        cols = [field(f) for f in self.numeric_fields]
+        missing = [f for f in self.distinct_fields if f not in distinct]
         if missing:
-            msg = (f"the batch has no column for field {missing[0]!r} that --aggs "
-                   f"{self.agg_list} aggregates; pass numeric={{...}} / distinct={{...}} to "
-                   "InputBatch.from_arrays")
-            raise InvalidInput(msg)
-        n = len(batch)
-        cols = [batch.numeric[f] for f in self.numeric_fields]
+            raise KeyError(missing[0])
+        if len(cols) == 1:
+            return cols[0]
         # records are ranked by this matrix (value_ranks): sketches do not depend on order
-        return np.column_stack(cols) if cols else np.empty((n, 0))
+        return np.column_stack(cols) if cols else np.empty((len(values), 0))
 
     def empty_sketches(self, n: int) -> Sketches:
         """Sketch states of ``n`` empty windows."""
         return {name: u.sketch.empty(n) for name, u in self.sketches.items()}
 
-    def build_sketches(self, batch: InputBatch, rec: npt.NDArray[np.intp],
+    def build_sketches(self, numeric: Mapping[str, npt.NDArray[np.float64]],
+                       distinct: Mapping[str, npt.NDArray[np.int64]], rec: npt.NDArray[np.intp],
                        groups: npt.NDArray[np.int64], n: int) -> Sketches:
-        """Sketches of ``n`` groups holding record ``rec[i]`` of ``batch`` in ``groups[i]``."""
+        """Sketches of ``n`` groups holding record ``rec[i]`` in ``groups[i]``.
+
+        ``numeric`` / ``distinct``: the records' fields by path (float64 / 63-bit hashes).
+        """
         out: Sketches = {}
         for name, u in self.sketches.items():
             if isinstance(u.sketch, QuantileSketch):
-                vals = batch.numeric[self.numeric_fields[u.column]][rec]
+                vals = numeric[self.numeric_fields[u.column]][rec]
                 out[name] = u.sketch.from_values(vals, groups, n)
             else:
-                hashes = batch.distinct[self.distinct_fields[u.column]][rec]
+                hashes = distinct[self.distinct_fields[u.column]][rec]
                 out[name] = u.sketch.from_hashes(hashes, groups, n)
         return out
 
@@ -164,10 +168,20 @@ class AggPlan(AggregateSet):
             return _DISTINCT.result(sketches[f"d:{s.field}"])
         if s.percentile is not None:
             return _QUANTILE.quantile(sketches[f"q:{s.field}"], s.percentile)
-        agg = get_aggregate(s.fn)
-        view = {c.name: state[c.name if c.name == "count" else f"{s.field}:{c.name}"]
-                for c in agg.columns}
+        agg = _kernel(s)
+        view = {c.name: state[_state_name(s, c.name)] for c in agg.columns}
         return np.asarray(agg.result(view), dtype=np.float64)
+
+
+def _state_name(s: AggSpec, column: str) -> str:
+    """The state column holding ``column`` of spec ``s``: ``count``, ``sum`` or ``a:sum``."""
+    return column if column == "count" or s.column == s.fn else f"{s.field}:{column}"
+
+
+def _kernel(s: AggSpec) -> Aggregate:
+    """The registered aggregate computing numeric spec ``s`` (the one parse resolved)."""
+    assert s.aggregate is not None, f"{s.fn}({s.field}) has no aggregate kernel"
+    return s.aggregate
 
 
 def take_sketches(sk: Sketches, idx: npt.NDArray[Any]) -> Sketches:

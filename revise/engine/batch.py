@@ -75,6 +75,20 @@ class InputBatch:
     numeric: Mapping[str, FloatArray] = field(default_factory=dict)
     distinct: Mapping[str, IntArray] = field(default_factory=dict)
 
+    def record_values(self, plan: AggPlan) -> FloatArray:
+        """What ``plan``'s state columns reduce (:meth:`AggPlan.record_values`).
+
+        Raises:
+            InvalidInput: When the batch lacks a numeric or distinct field of the plan.
+        """
+        try:
+            return plan.record_values(self.values, self.numeric, self.distinct)
+        except KeyError as e:
+            msg = (f"the batch has no column for field {e.args[0]!r} that --aggs "
+                   f"{plan.agg_list} aggregates; pass numeric={{...}} / distinct={{...}} to "
+                   "InputBatch.from_arrays")
+            raise InvalidInput(msg) from None
+
     def __len__(self) -> int:
         return len(self.keys)
 

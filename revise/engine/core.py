@@ -17,16 +17,8 @@ from revise.engine.completeness import CompletenessModel
 from revise.engine.emitter import Emitter, emit_finals
 from revise.engine.fixed import process_fixed
 from revise.engine.sessions import process_sessions
-from revise.engine.state import (
-    NO_SEAL,
-    KeyTable,
-    Snapshot,
-    WindowTable,
-    decode_snapshot,
-    encode_snapshot,
-    state_config,
-    unique_sorted,
-)
+from revise.engine.snapshot import Snapshot, decode_snapshot, encode_snapshot, state_config
+from revise.engine.state import NO_SEAL, KeyTable, WindowTable, unique_sorted
 from revise.errors import ReviseError
 from revise.record_batches import LateBatch, RevisionBatch
 from windows import HoppingAssigner, TumblingAssigner, WindowAssigner
@@ -57,7 +49,7 @@ class Engine:
             msg = f"Engine needs an EngineConfig, got {type(config).__name__}"
             raise TypeError(msg)
         self._config = config
-        self._aggs = AggPlan(config.aggregates)
+        self._aggs = AggPlan(config.aggs)
         w = config.window
         self._assigner: WindowAssigner | None
         if w.kind == "tumbling":

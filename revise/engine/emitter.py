@@ -92,15 +92,11 @@ class Emitter:
         prev = {c: cat([p.prev[c] for p in self.parts]) for c in names}
         has_prev = cat([p.has_prev for p in self.parts])
         n = len(key)
-        results: dict[str, Any]
-        if aggs.agg_list.legacy:
-            results = _results(aggs, cols, prev, has_prev)
-        else:
-            sk = {s: _cat_sketches([t.sketches[s] for t in wins], order) for s in aggs.sketches}
-            psk = {s: _cat_sketches([p.windows.sketches[s] if p.prev_sketches is None
-                                     else p.prev_sketches[s] for p in self.parts], order)
-                   for s in aggs.sketches}
-            results = _column_results(aggs, cols, sk, prev, psk, has_prev)
+        sk = {s: _cat_sketches([t.sketches[s] for t in wins], order) for s in aggs.sketches}
+        psk = {s: _cat_sketches([p.windows.sketches[s] if p.prev_sketches is None
+                                 else p.prev_sketches[s] for p in self.parts], order)
+               for s in aggs.sketches}
+        results = _column_results(aggs, cols, sk, prev, psk, has_prev)
 
         def flag(name: str) -> Any:
             return cat([np.full(len(p.windows), getattr(p, name)) for p in self.parts])
@@ -108,7 +104,7 @@ class Emitter:
         return RevisionBatch(
             query_id=config.query_id,
             mode=config.mode,
-            aggs=config.aggs,
+            aggs=config.aggs.columns,
             key=keys.keys[key[order]],
             window_start_ms=start[order],
             window_end_ms=end[order],
@@ -129,12 +125,11 @@ class Emitter:
 
 def empty_revisions(config: EngineConfig, aggs: AggPlan) -> RevisionBatch:
     """No revisions, with the (typed, empty) ``extra`` columns of an AggList."""
-    empty = RevisionBatch.empty(config.query_id, config.mode, config.aggs)
-    if aggs.agg_list.legacy:
-        return empty
+    empty = RevisionBatch.empty(config.query_id, config.mode, config.aggs.columns)
     extra = {s.column if prev == "" else s.prev_column:
              np.empty(0, dtype=_I64 if s.kind == "distinct" else np.float64)
-             for s in aggs.agg_list.specs if s.kind != "count" for prev in ("", "prev_")}
+             for s in aggs.agg_list.specs if s.column not in AGG_FIELDS
+             for prev in ("", "prev_")}
     return replace(empty, extra=extra)
 
 
@@ -144,46 +139,26 @@ def _cat_sketches(tables: list[SlotTable], order: Any) -> SlotTable:
 
 def _column_results(aggs: AggPlan, cols: State, sk: Sketches, prev: State, psk: Sketches,
                     has_prev: BoolArray) -> dict[str, Any]:
-    """An AggList's columns (``count`` in its field, others in ``extra``) and ``prev_`` ones."""
+    """The AggList's columns and their ``prev_`` ones (placeholders where there is no prev).
+
+    SPEC §4's ``count`` … ``mean`` go in their own fields (``count`` 0 and the others NaN
+    where not requested), any other column (``FN_FIELD``) in ``extra``.
+    """
     n = len(has_prev)
     res = aggs.column_results(cols, sk)
     pres = aggs.column_results(prev, psk)
-    count = res.pop("count", np.zeros(n, dtype=_I64))
-    prev_count = np.where(has_prev, pres.pop("count", np.zeros(n, dtype=_I64)), 0).astype(_I64)
-    out: dict[str, Any] = {"count": count, "prev_count": prev_count}
+    out: dict[str, Any] = {"count": np.zeros(n, dtype=_I64), "prev_count": np.zeros(n, dtype=_I64)}
     for a in AGG_FIELDS[1:]:
-        out[a] = out[f"prev_{a}"] = np.full(n, np.nan)
+        out[a] = np.full(n, np.nan)
+        out[f"prev_{a}"] = np.full(n, np.nan)
     extra: dict[str, Any] = {}
     for c, v in res.items():
-        extra[c] = v
         p = pres[c]
-        extra[f"prev_{c}"] = np.where(has_prev, p, 0 if p.dtype.kind == "i" else np.nan) \
+        where = out if c in AGG_FIELDS else extra
+        where[c] = v
+        where[f"prev_{c}"] = np.where(has_prev, p, 0 if p.dtype.kind == "i" else np.nan) \
             .astype(p.dtype)
     out["extra"] = extra
-    return out
-
-
-def _results(aggs: AggPlan, cols: State, prev: State,
-             has_prev: BoolArray) -> dict[str, Any]:
-    """Aggregate and ``prev_*`` result columns (placeholders where not requested or no prev)."""
-    n = len(has_prev)
-    res = aggs.results(cols)
-    pres = aggs.results(prev)
-    out: dict[str, Any] = {}
-    for a in AGG_FIELDS:
-        if a in res:
-            out[a] = res[a].astype(_I64 if a == "count" else np.float64, copy=False)
-            p = pres[a]
-            if a == "count":
-                out["prev_count"] = np.where(has_prev, p, 0).astype(_I64)
-            else:
-                out[f"prev_{a}"] = np.where(has_prev, p, np.nan)
-        elif a == "count":
-            out[a] = np.zeros(n, dtype=_I64)
-            out["prev_count"] = np.zeros(n, dtype=_I64)
-        else:
-            out[a] = np.full(n, np.nan)
-            out[f"prev_{a}"] = np.full(n, np.nan)
     return out
 
 

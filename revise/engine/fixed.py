@@ -131,7 +131,7 @@ def _accepted_pairs(assigner: WindowAssigner, batch: InputBatch, ranks: IntArray
                     step: Step) -> tuple[LateBatch, _Pairs | None]:
     """Assign records to windows; split off the too-late pairs as late records."""
     n = len(batch)
-    ts, v = batch.ts_ms, step.aggs.record_values(batch)
+    ts, v = batch.ts_ms, batch.record_values(step.aggs)
     assigned = assigner.assign(ts)
     rec, start, end = assigned.record, assigned.start_ms, assigned.end_ms
     one_per_record = len(rec) == n and bool((rec == np.arange(n)).all())  # pair i is record i
@@ -167,7 +167,8 @@ def _reduce(batch: InputBatch, pairs: _Pairs, ids: IntArray, step: Step) -> _Gro
     sketches: Sketches = {}
     if step.aggs.sketches:
         group = np.repeat(np.arange(len(seg), dtype=_I64), np.diff(np.append(seg, len(order))))
-        sketches = step.aggs.build_sketches(batch, pairs.rec[order], group, len(seg))
+        sketches = step.aggs.build_sketches(batch.numeric, batch.distinct, pairs.rec[order],
+                                            group, len(seg))
     w = step.watermark_ms
     is_late = pairs.end[order] <= w
     if is_late.any():

@@ -78,7 +78,7 @@ def process_sessions(gap_ms: int, batch: InputBatch, ranks: IntArray, table: Win
         records (sorted).
     """
     w = step.watermark_ms
-    keys, ts, values = ranks, batch.ts_ms, step.aggs.record_values(batch)
+    keys, ts, values = ranks, batch.ts_ms, batch.record_values(step.aggs)
     recs = np.arange(len(batch), dtype=np.intp)
     vrank = value_ranks(values)  # ties between records sort by value
     span_end = ts + gap_ms
@@ -93,8 +93,8 @@ def process_sessions(gap_ms: int, batch: InputBatch, ranks: IntArray, table: Win
     if len(keys) == 0:
         return table, late, recs
     touched = np.isin(table.key, unique_sorted(np.sort(keys)), assume_unique=False)
-    per_record = step.aggs.build_sketches(batch, recs, np.arange(len(recs), dtype=_I64),
-                                          len(recs))
+    per_record = step.aggs.build_sketches(batch.numeric, batch.distinct, recs,
+                                          np.arange(len(recs), dtype=_I64), len(recs))
     m = _merge(table.take(np.flatnonzero(touched)), keys, ts, span_end, values, vrank,
                len(batch) + 1, step, per_record)
     if table.last is not None:

@@ -22,8 +22,6 @@ Trace (tumbling 10s, grace 5s, ``every_ms=5000``): ``W=0`` count=1 → rev 0 (EA
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 
@@ -41,9 +39,8 @@ BoolArray = npt.NDArray[np.bool_]
 
 def _columns(aggs: AggPlan, cols: State, sketches: Sketches) -> list[npt.NDArray[np.float64]]:
     """The requested output columns' values per row, as float64 (NaN: null)."""
-    res: dict[str, npt.NDArray[Any]] = (aggs.results(cols) if aggs.agg_list.legacy
-                                        else aggs.column_results(cols, sketches))
-    return [np.asarray(v, dtype=np.float64) for v in res.values()]
+    return [np.asarray(v, dtype=np.float64)
+            for v in aggs.column_results(cols, sketches).values()]
 
 
 def changed_by(aggs: AggPlan, min_change: float, cols: State, sketches: Sketches,

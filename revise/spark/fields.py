@@ -1,7 +1,10 @@
 """Classify input records for any input spec: nested paths, grouped keys, time formats (SPEC §7).
 
-This generalises :func:`revise.spark.parse.classify` (which stays as it is for today's options)
-with the same structure and reason wording: one ``try_parse_json`` into a VARIANT per record, a
+:func:`classify_input` is the job's one parse. For the plain shape (:attr:`InputSpec.plain`:
+one top-level key, a top-level epoch-ms time and the bare form's top-level value field) it
+runs :func:`revise.spark.parse.classify`, whose Java UDF ``revise_fast_parse`` is the
+benchmarked path; for every other spec :func:`classify_fields`, which has the same structure
+and reason wording: one ``try_parse_json`` into a VARIANT per record, a
 cheap all-good test read with one lookup per field, and the full diagnosis (``reason``) built
 only for records that fail it. Bad input becomes a dead letter whose reason names the field.
 For specs of top-level fields with an epoch-ms time and no distinct fields, a Java UDF
@@ -10,7 +13,7 @@ surely accepts first, as ``parse``'s own Java path does; the variant is built fo
 
 Rules (a "field" is a dotted path into nested objects: ``payload.user.id``):
 
-- **Key.** One key field: a JSON string, the key as is (today's rule). Several key fields
+- **Key.** One key field: a JSON string, the key as is (as the plain parse). Several key fields
   (``--key-field store,region``): each a string, number or boolean, and the key is the JSON
   array of their canonical texts, e.g. ``["store-1",42]``. Missing, null, object or array
   members make a dead letter naming the member.
@@ -21,12 +24,12 @@ Rules (a "field" is a dotted path into nested objects: ``payload.user.id``):
   all ``1``), else float64 in Java's ``Double.toString`` form (``1.5``, ``2.5E-7``). A string
   never equals a number (``"1"`` vs ``1``). Non-finite numbers are dead letters.
 - **Event time** (``ts_ms``, int64 epoch ms, accepted in ``[0, 2**53)``): ``epoch_ms`` an
-  integer (today's rule); ``epoch_s`` any finite number of seconds, fractions allowed,
+  integer (the plain parse's rule); ``epoch_s`` any finite number of seconds, fractions allowed,
   ``ms = floor(s * 1000)`` (to 1e-9 s); ``epoch_us`` an integer, ``ms = floor(us / 1000)``;
   ``iso8601`` a text ``YYYY-MM-DD[T or space]hh:mm:ss[.fraction]`` with ``Z`` or an offset
   (``+01:00``, ``+0100``, ``-05``), sub-ms digits truncated; a text without zone is a dead letter.
   ``@timestamp``: the Kafka record timestamp (the source's ``timestamp`` column).
-- **Numeric aggregated fields**: a finite JSON number, read as float64 (today's value rule).
+- **Numeric aggregated fields**: a finite JSON number, read as float64 (as the plain parse).
 - **Distinct fields**: a string, number or boolean, as canonical text.
 
 Checks run in this order and the first failing one is the reason: empty value, invalid JSON,
@@ -39,6 +42,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from revise.inputspec import KAFKA_TIMESTAMP, InputSpec, TsFormat, parse_key_fields, variant_path
 from revise.spark.parse import (
@@ -46,13 +50,15 @@ from revise.spark.parse import (
     FAST_FIELDS_UDF,
     INTEGER_TYPES,
     _sql_str,
+    classify,
     java_fields,
     json_number,
     json_string,
     lazy_variant,
 )
 
-__all__ = ["KAFKA_TIMESTAMP", "InputSpec", "TsFormat", "classify_fields", "parse_key_fields"]
+__all__ = ["KAFKA_TIMESTAMP", "InputSpec", "TsFormat", "classify_fields", "classify_input",
+           "parse_key_fields"]
 
 _INTS = ", ".join(_sql_str(t) for t in INTEGER_TYPES)
 _NUMBERS = f"({{t}} IN ({_INTS}, 'FLOAT', 'DOUBLE') OR {{t}} LIKE 'DECIMAL(%')"
@@ -130,7 +136,7 @@ def _scalar_check(i: int, field: str, role: str, *, string_only: bool) -> _Check
 
 
 def _numeric_check(i: int, field: str) -> _Check:
-    """A numeric aggregated field: a finite JSON number, as float64 (today's value rule)."""
+    """A numeric aggregated field: a finite JSON number, as float64, as the plain parse reads it."""
     p, q, t, val = _sql_str(variant_path(field, "field")), _quoted(field), f"_n{i}", f"_nv{i}"
     sub = f"{t}v"
     pre = (F.expr(f"schema_of_variant({sub})").alias(t), F.expr(_double(sub, p)).alias(val))
@@ -222,6 +228,28 @@ def _java_path(spec: InputSpec) -> bool:
             and spec.ts_format == "epoch_ms" and spec.ts_field != KAFKA_TIMESTAMP
             and len(set(names)) == len(names)
             and not any("." in f or "\0" in f for f in names))
+
+
+def classify_input(raw: DataFrame, spec: InputSpec) -> DataFrame:
+    """The Kafka source rows classified (``reason``) and typed for ``spec``.
+
+    The plain shape goes through :func:`revise.spark.parse.classify`, any other through
+    :func:`classify_fields`. Either way the result has ``key``, ``ts_ms``, ``partition``,
+    ``offset``, ``reason`` and ``raw_value``; with a ``value_field`` (the bare ``--aggs``
+    form) a ``value`` column (its number, 0.0 where no aggregate needs it and it is absent or
+    not a number), else the numeric and distinct columns of :attr:`InputSpec.columns`.
+    """
+    if spec.plain:
+        assert spec.value_field is not None
+        return classify(raw, key_field=spec.key_fields[0], ts_field=spec.ts_field,
+                        value_field=spec.value_field, value_required=bool(spec.numeric_fields))
+    df = classify_fields(raw, spec)
+    if spec.value_field is None:
+        return df
+    value = (F.col(spec.numeric_column(spec.numeric_fields[0])) if spec.numeric_fields
+             else F.lit(None).cast(T.DoubleType()))
+    return df.withColumn("value", F.when(F.col("reason").isNull(),
+                                         F.coalesce(value, F.lit(0.0))))
 
 
 def classify_fields(raw: DataFrame, spec: InputSpec, *, fast: bool = True) -> DataFrame:

@@ -57,7 +57,7 @@ else:
     _install_columnar_input()
 
 __all__ = [
-    "LEGACY_COLUMNS",
+    "VALUE_COLUMNS",
     "InputColumns",
     "ShardProcessor",
 ]
@@ -68,9 +68,9 @@ class InputColumns:
     """The aggregated input columns the operator receives, beside ``key`` and ``ts_ms``.
 
     Attributes:
-        numeric: ``(column, field path)`` of each double column: :data:`LEGACY_COLUMNS`
-            (``value``, the record's value or 0.0 when only ``count`` is asked) for the bare
-            ``--aggs`` form, else one ``num_*`` column per numeric field of ``--aggs``.
+        numeric: ``(column, field path)`` of each double column: ``value`` (the record's
+            ``--value-field``, or 0.0 when only ``count`` is asked) for the bare ``--aggs``
+            form, else one ``num_*`` column per numeric field of ``--aggs``.
         distinct: ``(column, field path)`` of each canonical-text column (``dst_*``).
     """
 
@@ -90,8 +90,8 @@ class InputColumns:
                 + [(c, StringType()) for c, _ in self.distinct])
 
 
-LEGACY_COLUMNS: Final = InputColumns((("value", "value"),), ())
-"""Today's input: one ``value`` column."""
+VALUE_COLUMNS: Final = InputColumns((("value", "value"),), ())
+"""The default input: one ``value`` column, the record's ``value`` field."""
 
 # The accepted records' fixed columns, with their numpy types.
 _INPUT_COLUMNS: tuple[tuple[str, Any], ...] = (
@@ -119,12 +119,12 @@ class ShardProcessor(_StatefulProcessor):
     """
 
     def __init__(self, engine_cfg: EngineConfig, topic: str,
-                 fields: InputColumns = LEGACY_COLUMNS, token: str = "") -> None:
+                 fields: InputColumns = VALUE_COLUMNS, token: str = "") -> None:
         self._cfg = engine_cfg
         self._topic = topic
         self._fields = fields
         self._token = token
-        self._schema = revision_schema(engine_cfg.aggregates)
+        self._schema = revision_schema(engine_cfg.aggs)
 
     def init(self, handle: Any) -> None:
         """Spark's hook: declare the shard's state variables."""
@@ -291,8 +291,6 @@ def _split_input(frames: list[pd.DataFrame], topic: str, batch_id: int,
     numeric = {f: column(col, np.float64) for col, f in fields.numeric}
     distinct = {f: column(col, object) for col, f in fields.distinct}
     values = next(iter(numeric.values())) if numeric else np.zeros(len(c["key"]))
-    if fields == LEGACY_COLUMNS:
-        numeric = {}  # the bare form's engine reads ``values``
     batch = InputBatch.from_arrays(
         c["key"], c["ts_ms"], values, c["partition"], c["offset"], topic=topic,
         numeric=numeric, distinct=distinct,

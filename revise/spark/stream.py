@@ -22,14 +22,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeVar
 
 from revise.jobconfig import JobConfig
-from revise.spark.fields import classify_fields
+from revise.spark.fields import classify_input
 from revise.spark.operator import (
-    LEGACY_COLUMNS,
     InputColumns,
     ShardProcessor,
 )
 from revise.spark.output import output_type
-from revise.spark.parse import classify
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -144,8 +142,8 @@ def _keep_late_rows(events: DataFrame, delay_ms: int) -> DataFrame:
 def input_columns(cfg: JobConfig) -> InputColumns:
     """The aggregated input columns of ``cfg`` (see :class:`InputColumns`)."""
     spec = cfg.input_spec
-    if cfg.engine.aggregates.legacy:
-        return LEGACY_COLUMNS
+    if spec.value_field is not None:
+        return InputColumns((("value", spec.value_field),), ())
     return InputColumns(tuple((spec.numeric_column(f), f) for f in spec.numeric_fields),
                         tuple((spec.distinct_column(f), f) for f in spec.distinct_fields))
 
@@ -153,26 +151,7 @@ def input_columns(cfg: JobConfig) -> InputColumns:
 def parsed_input(raw: DataFrame, cfg: JobConfig) -> DataFrame:
     """The Kafka source rows classified (``reason``) and typed for ``cfg``.
 
-    Today's options go through :func:`revise.spark.parse.classify`, the benchmarked path
-    whose reasons ``tests/integration/test_parse.py`` pins; everything else (dotted paths,
-    grouped keys, time formats, ``@timestamp``, ``FN(FIELD)``) through
-    :func:`revise.spark.fields.classify_fields`. Either way the result has ``key``,
-    ``ts_ms``, the :func:`input_columns`, ``partition``, ``offset``, ``reason`` and
-    ``raw_value``.
+    :func:`revise.spark.fields.classify_input`: ``key``, ``ts_ms``, the
+    :func:`input_columns`, ``partition``, ``offset``, ``reason`` and ``raw_value``.
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    if cfg.legacy_input:
-        return classify(raw, key_field=cfg.key_field.strip(), ts_field=cfg.ts_field.strip(),
-                        value_field=cfg.value_field.strip(),
-                        value_required=cfg.engine.aggregates.value_required)
-    spec = cfg.input_spec
-    df = classify_fields(raw, spec)
-    if cfg.engine.aggregates.legacy:
-        # The bare form on a nested --value-field: its one number is the ``value`` column.
-        value = (F.col(spec.numeric_column(spec.numeric_fields[0])) if spec.numeric_fields
-                 else F.lit(None).cast(T.DoubleType()))
-        df = df.withColumn("value", F.when(F.col("reason").isNull(),
-                                           F.coalesce(value, F.lit(0.0))))
-    return df
+    return classify_input(raw, cfg.input_spec)

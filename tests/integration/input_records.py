@@ -56,7 +56,7 @@ def parse_good(raw: bytes | None) -> tuple[str, int, float] | None:
 Parser = Callable[[bytes | None, int], tuple[str, int, float, dict[Any, Any]] | None]
 
 
-def parse_legacy(raw: bytes | None, _kafka_ts_ms: int) -> tuple[str, int, float,
+def parse_plain(raw: bytes | None, _kafka_ts_ms: int) -> tuple[str, int, float,
                                                                  dict[Any, Any]] | None:
     parsed = parse_good(raw)
     return None if parsed is None else (*parsed, {})
@@ -76,7 +76,7 @@ class Input:
 
     @staticmethod
     def read(bootstrap: str, topic: str, client_config: dict[str, Any] | None = None,
-             parse: Parser = parse_legacy) -> Input:
+             parse: Parser = parse_plain) -> Input:
         msgs = read_committed(bootstrap, topic, timeout_s=60, client_config=client_config)
         records = [InputRecord(m.partition(), m.offset(), m.value()) for m in msgs]
         stamps = {(m.partition(), m.offset()): m.timestamp()[1] for m in msgs}

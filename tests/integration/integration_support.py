@@ -22,7 +22,7 @@ import oracle
 import orjson
 from cli_runs import CliRun
 from deltalake import DeltaTable
-from input_records import Input, InputRecord, Parser, parse_good, parse_legacy, rid
+from input_records import Input, InputRecord, Parser, parse_good, parse_plain, rid
 
 from revise.aggspec import AggList
 from revise.checkpoint import COMMITS_LOG, OFFSETS_LOG, SOURCES_DIR, spark_dir, spark_log_dir
@@ -38,7 +38,7 @@ from sinks.kafka import (
 )
 
 __all__ = ["REPO", "CliRun", "Input", "InputRecord", "JobSetup", "Outputs", "Parser",
-           "QueryRun", "Report", "check_run", "parse_good", "parse_legacy", "read_delta",
+           "QueryRun", "Report", "check_run", "parse_good", "parse_plain", "read_delta",
            "replay", "rid", "spark_batches"]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,8 +96,7 @@ class JobSetup:
         return EngineConfig(
             window=WindowSpec.parse(self.window), grace_ms=self.grace_ms,
             watermark_delay_ms=self.delay_ms, mode=self.mode,  # type: ignore[arg-type]
-            query_id=self.query_id, agg_list=None if aggs.legacy else aggs,
-            **({"aggs": aggs.columns} if aggs.legacy else {}),
+            query_id=self.query_id, aggs=aggs,
             emit_min_change=self.emit_min_change, emit_every_ms=self.emit_every_ms,
         )
 
@@ -287,7 +286,7 @@ class Outputs:
         schema = revision_schema(aggs)
 
         def decode(value: bytes) -> dict[str, Any]:
-            if aggs.legacy:
+            if aggs.bare:
                 return decode_revision(value).to_row()
             return decode_revision_row(value, schema)
 
@@ -337,7 +336,7 @@ class Report:
 
 
 # Longer than ~60 lines: one promise after another, each a few asserts, over shared tables.
-def check_run(setup: JobSetup, parse: Parser = parse_legacy,
+def check_run(setup: JobSetup, parse: Parser = parse_plain,
               expected: Callable[[list[dict[Any, Any]]], dict[str, Any]] | None = None) -> Report:
     """Every SPEC §4–7 promise about a finished ``--once`` run; returns what it saw.
 
@@ -357,9 +356,9 @@ def check_run(setup: JobSetup, parse: Parser = parse_legacy,
     cfg = setup.engine_config()
     grace = cfg.grace_ms
     session = cfg.window.kind == "session"
-    legacy = cfg.aggregates.legacy
-    AGGS = cfg.aggregates.columns  # noqa: N806 - the columns every check below walks
-    assert legacy or (expected is not None and not session), "FN(FIELD) needs expected()"
+    bare = cfg.aggs.bare
+    AGGS = cfg.aggs.columns  # noqa: N806 - the columns every check below walks
+    assert bare or (expected is not None and not session), "FN(FIELD) needs expected()"
     report = Report()
 
     # -- exactly once: no duplicates, Kafka == Delta ----------------------------------------
@@ -439,8 +438,8 @@ def check_run(setup: JobSetup, parse: Parser = parse_legacy,
         f = finals[w]
         vals = t.values
         want = {"count": len(vals), "sum": math.fsum(vals), "min": min(vals), "max": max(vals),
-                "mean": math.fsum(vals) / len(vals)} if legacy else {"count": len(vals)}
-        for a in AGGS if legacy else ("count",) if "count" in AGGS else ():
+                "mean": math.fsum(vals) / len(vals)} if bare else {"count": len(vals)}
+        for a in AGGS if bare else ("count",) if "count" in AGGS else ():
             assert _same(f[a], want[a]), f"{w}: FINAL {a}={f[a]}, oracle {want[a]}"
         assert f["n_late"] == t.n_late and f["max_lateness_ms"] == t.max_lateness, w
         assert f["batch_id"] == rep.final_batch_id(w), (

@@ -91,8 +91,8 @@ def test_several_fields_percentiles_distinct_grouped_key_iso_time(job_setup, spa
 
     cfg: EngineConfig = setup.engine_config()
     spec = InputSpec.build(key_field=setup.key_field, ts_field=setup.ts_field,
-                           ts_format=setup.ts_format, aggs=cfg.aggregates)
-    report = check_run(setup, fields_oracle.parser(spec), fields_oracle.expected(cfg.aggregates))
+                           ts_format=setup.ts_format, aggs=cfg.aggs)
+    report = check_run(setup, fields_oracle.parser(spec), fields_oracle.expected(cfg.aggs))
     assert report.windows > 20 and report.too_late > 0 and report.late_revisions > 0
     dead = read_delta(setup.delta_path, "dead_letter")
     reasons = {r["reason"].split(":")[0] for r in dead}
@@ -145,7 +145,7 @@ def test_kafka_record_timestamp_as_event_time(job_setup, spark):
     result = run_job(setup.job_config(), spark=spark, timeout_s=300)
 
     cfg = setup.engine_config()
-    spec = InputSpec.build(ts_field="@timestamp", aggs=cfg.aggregates)
-    report = check_run(setup, fields_oracle.parser(spec), fields_oracle.expected(cfg.aggregates))
+    spec = InputSpec.build(ts_field="@timestamp", aggs=cfg.aggs)
+    report = check_run(setup, fields_oracle.parser(spec), fields_oracle.expected(cfg.aggs))
     assert result.revisions == report.revisions and report.windows >= 18
     assert report.dead == 0

@@ -261,7 +261,7 @@ def test_reads_through_json_text_equal_typed_variant_reads(spark: SparkSession) 
                      *(F.expr(c) for c in cols),
                      json_string_column(F.col("text"), "$.f").alias("string_column")).collect()
     assert len(rows) == len(texts)
-    # The column form the legacy parse builds reads exactly what the SQL form reads.
+    # The column form the plain parse builds reads exactly what the SQL form reads.
     assert [r["string_column"] for r in rows] == [r["string_fast"] for r in rows]
     for name in reads:
         differ = [(r["raw"], r[f"{name}_fast"], r[f"{name}_typed"]) for r in rows

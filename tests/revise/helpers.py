@@ -8,6 +8,7 @@ import numpy as np
 from hypothesis import strategies as st
 from oracle import Rec
 
+from revise.aggspec import AggList
 from revise.config import EngineConfig, WindowSpec
 from revise.engine import BatchOutput, InputBatch
 from revise.records import LateRecord, Revision
@@ -56,8 +57,8 @@ window_specs = st.one_of(
 
 @st.composite
 def configs(draw: st.DrawFn, mode: str | None = None) -> EngineConfig:
-    aggs = draw(st.sampled_from([("count", "sum", "min", "max", "mean"), ("count",),
-                                 ("sum", "mean"), ("max", "count", "min")]))
+    aggs = AggList.parse(draw(st.sampled_from(["count,sum,min,max,mean", "count", "sum,mean",
+                                               "max,count,min"])))
     return EngineConfig(
         window=draw(window_specs),
         grace_ms=draw(st.sampled_from([0, 500, 1000, 5000])),

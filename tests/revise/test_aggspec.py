@@ -12,7 +12,7 @@ from revise.errors import ConfigError
 def test_call_form_columns_fields_and_kinds():
     aggs = AggList.parse("count,sum(amount),mean(amount),max(latency_ms),p99(latency_ms),"
                          "distinct(user)")
-    assert not aggs.legacy
+    assert not aggs.bare
     assert aggs.columns == ("count", "sum_amount", "mean_amount", "max_latency_ms",
                             "p99_latency_ms", "distinct_user")
     assert aggs.numeric_fields == ("amount", "latency_ms")
@@ -32,9 +32,13 @@ def test_dotted_paths_become_underscores():
     assert field_column("payload.user.id") == "payload_user_id"
 
 
-def test_legacy_form_keeps_todays_columns_on_the_value_field():
+def test_bare_form_is_the_same_specs_on_the_value_field_named_by_function():
     aggs = AggList.parse("count,sum,min,max,mean", value_field="payload.v")
-    assert aggs.legacy
+    assert aggs.bare and aggs.value_field == "payload.v"
+    assert aggs.specs[1] == AggSpec("sum", "payload.v", "sum", "numeric")
+    assert [s.name for s in aggs.specs] == ["count", "sum", "min", "max", "mean"]
+    assert [s.name for s in AggList.parse("count,sum(payload.v)").specs] == [
+        "count", "sum(payload.v)"]
     assert aggs.columns == ("count", "sum", "min", "max", "mean")
     assert aggs.numeric_fields == ("payload.v",) and aggs.distinct_fields == ()
     assert [s.field for s in aggs.specs] == [None, *["payload.v"] * 4]
@@ -70,8 +74,8 @@ def test_arrow_types_and_prev_columns():
     assert [f.name for f in fields] == [*aggs.columns, *(f"prev_{c}" for c in aggs.columns)]
     assert all(f.nullable for f in fields)
     assert fields[len(aggs.columns)].type == pa.int64()
-    legacy = AggList.parse("count,sum,min,max,mean")
-    assert [(f.name, f.type) for f in legacy.arrow_fields()[:5]] == [
+    bare = AggList.parse("count,sum,min,max,mean")
+    assert [(f.name, f.type) for f in bare.arrow_fields()[:5]] == [
         ("count", pa.int64()), ("sum", pa.float64()), ("min", pa.float64()),
         ("max", pa.float64()), ("mean", pa.float64())]
 

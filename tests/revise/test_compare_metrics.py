@@ -24,14 +24,13 @@ import pytest
 
 from revise.compare.metrics import (
     accuracy_over_time,
-    grace_what_if,
     percentiles,
-    replay_batches,
     revisions_per_window,
     volume,
     wallclock_latency,
     window_summary,
 )
+from revise.compare.whatif import grace_what_if, replay_batches
 from revise.config import EngineConfig, WindowSpec
 
 ROWS = [

@@ -7,7 +7,6 @@ import math
 import pandas as pd
 import pytest
 
-from revise.compare.metrics import replay_batches
 from revise.compare.sweep import (
     SweepGrid,
     SweepPoint,
@@ -17,6 +16,7 @@ from revise.compare.sweep import (
     run_sweep,
     sweep_settings,
 )
+from revise.compare.whatif import replay_batches
 from revise.config import EngineConfig, WindowSpec
 from revise.generate import GeneratorConfig, generate
 

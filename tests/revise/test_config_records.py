@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from revise.config import EngineConfig, WindowSpec, format_duration, parse_aggs, parse_duration
+from revise.aggspec import AggList
+from revise.config import EngineConfig, WindowSpec, format_duration, parse_duration
 from revise.errors import ConfigError
 from revise.record_batches import LateBatch, RevisionBatch
 from revise.records import (
@@ -86,18 +87,19 @@ def test_window_spec_accepts_days():
 def test_engine_config_validates_itself():
     w = WindowSpec.parse("tumbling:10s")
     c = EngineConfig(w, grace_ms=0)
-    assert c.aggs == ("count", "sum", "min", "max", "mean") and c.mode == "revision"
-    assert EngineConfig(w, 0, aggs=["count"]).aggs == ("count",)  # type: ignore[arg-type]
-    assert parse_aggs("count, SUM") == ("count", "sum")
-    for kw, msg in [({"grace_ms": -1}, "grace_ms must be"), ({"aggs": ("median",)}, "median"),
-                    ({"aggs": ()}, "names no aggregate"), ({"aggs": ("sum", "sum")}, "repeats"),
-                    ({"aggs": "count"}, "parse_aggs"), ({"mode": "x"}, "mode must be"),
+    assert c.aggs.columns == ("count", "sum", "min", "max", "mean") and c.mode == "revision"
+    assert c.aggs == AggList.parse("count,sum,min,max,mean")
+    assert EngineConfig(w, 0, aggs=AggList.parse("count, SUM")).aggs.columns == ("count", "sum")
+    for kw, msg in [({"grace_ms": -1}, "grace_ms must be"), ({"aggs": ("count",)}, "AggList"),
+                    ({"aggs": "count"}, "AggList.parse"), ({"mode": "x"}, "mode must be"),
                     ({"query_id": ""}, "query_id"), ({"watermark_delay_ms": -5}, "watermark")]:
         args = {"grace_ms": 0} | kw
         with pytest.raises(ConfigError, match=msg):
             EngineConfig(w, **args)
-    with pytest.raises(ConfigError, match="unknown aggregate 'p99'"):
-        parse_aggs("count,p99")
+    for text, msg in [("median", "median"), ("sum,sum", "asks twice"), ("", "names no"),
+                      ("count,p99", "p99 needs a field")]:
+        with pytest.raises(ConfigError, match=msg):
+            AggList.parse(text)
     with pytest.raises(ConfigError):
         EngineConfig("tumbling:10s", 0)  # type: ignore[arg-type]
     with pytest.raises(AttributeError):

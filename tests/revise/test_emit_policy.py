@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from test_engine_aggs import AGGS, expected, with_aggs
 from test_engine_aggs import make_batch as field_batch
 
+from revise.aggspec import AggList
 from revise.config import EngineConfig, WindowSpec
 from revise.engine import Engine, InputBatch
 from revise.errors import ConfigError, StateSchemaMismatch
@@ -111,7 +112,7 @@ def check_policy_run(config: EngineConfig, batches: list[list[oracle.Rec]],
 @given(configs(mode="revision"), streams(), policies)
 def test_policy_keeps_finals_dense_numbers_and_prev_values(config, batches, policy):
     config = with_policy(config, policy)
-    check_policy_run(config, batches, config.aggs, fields=False)
+    check_policy_run(config, batches, config.aggs.columns, fields=False)
 
 
 @SETTINGS
@@ -153,7 +154,7 @@ def _run(config: EngineConfig, *batches: list[tuple[str, int]]) -> list[tuple]:
 
 def test_min_change_trace():
     """Counts 2 (rev 0), 3 (+50 %, rev 1), 4 (+33 % of 3: held), 5 (+67 %, rev 2), FINAL."""
-    config = EngineConfig(WindowSpec.parse("tumbling:10s"), 0, aggs=("count",),
+    config = EngineConfig(WindowSpec.parse("tumbling:10s"), 0, aggs=AggList.parse("count"),
                           emit_min_change=0.5)
     got = _run(config, [("a", 0), ("a", 1)], [("a", 2)], [("a", 3)], [("a", 4)])
     assert got == [(0, 10000, 0, "EARLY", False, 2, None, 0),
@@ -168,7 +169,7 @@ def test_every_trace_and_final_after_a_held_change():
     [0,10000): rev 0 at W=0; held at W=0 and 2000 (< 5s since 0); rev 1 at W=6000 count=4;
     t=8000 at W=7000 held; FINAL at W=15000 carries it (count=5, prev_count=4).
     """
-    config = EngineConfig(WindowSpec.parse("tumbling:10s"), 5000, aggs=("count",),
+    config = EngineConfig(WindowSpec.parse("tumbling:10s"), 5000, aggs=AggList.parse("count"),
                           emit_every_ms=5000)
     got = _run(config, [("a", 0)], [("a", 2000)], [("a", 6000)], [("a", 7000)],
                [("a", 15000), ("a", 8000)], [("a", 16000)])
@@ -187,7 +188,7 @@ def test_session_retraction_carries_the_held_change():
     t=15000 extends → [0,19000) retracted (rev 1, count=3, prev 2), [0,25000) rev 2
     count=4 prev 3 (always emitted); close_all → FINAL rev 3.
     """
-    config = EngineConfig(WindowSpec.parse("session:10s"), 0, aggs=("count",),
+    config = EngineConfig(WindowSpec.parse("session:10s"), 0, aggs=AggList.parse("count"),
                           emit_every_ms=3_600_000)
     got = _run(config, [("a", 0), ("a", 9000)], [("a", 1000)], [("a", 15000)])
     assert got == [(0, 19000, 0, "EARLY", False, 2, None, 0),

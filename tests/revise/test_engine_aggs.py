@@ -43,7 +43,7 @@ def make_batch(recs: list[oracle.Rec]) -> InputBatch:
 
 
 def with_aggs(config: EngineConfig, aggs: AggList = AGGS) -> EngineConfig:
-    return dataclasses.replace(config, agg_list=aggs)
+    return dataclasses.replace(config, aggs=aggs)
 
 
 def rows(outs):
@@ -136,7 +136,7 @@ def test_worked_example_p99_and_distinct_revise_with_late_data():
     close_all → FINAL rev 2 count=3 p99≈900 distinct=2.
     """
     config = EngineConfig(WindowSpec.parse("tumbling:1s"), 1000,
-                          agg_list=AggList.parse("count,p99(lat),distinct(u)"))
+                          aggs=AggList.parse("count,p99(lat),distinct(u)"))
 
     def batch(*recs):
         return InputBatch.from_arrays(["e"] * len(recs), [r[0] for r in recs], [0] * len(recs),
@@ -155,14 +155,14 @@ def test_worked_example_p99_and_distinct_revise_with_late_data():
                    (0, 2, "FINAL", 3, round(p900, 6), round(p900, 6), 2),
                    (1000, 1, "FINAL", 1, round(p5, 6), round(p5, 6), 1)]
     assert abs(p900 - 900.0) <= 9.0 and outs[0].revisions.to_arrow().schema == \
-        revision_schema(config.aggregates)
+        revision_schema(config.aggs)
 
 
 def test_distinct_above_the_exact_threshold_is_reproducible_over_batches():
     n = 40_000
     users = [f"user-{i}" for i in range(n)]
     config = EngineConfig(WindowSpec.parse("tumbling:1d"), 0,
-                          agg_list=AggList.parse("distinct(u)"))
+                          aggs=AggList.parse("distinct(u)"))
     rng = np.random.default_rng(3)
     order = rng.permutation(n)
     parts = np.array_split(order, 7)
@@ -176,20 +176,20 @@ def test_distinct_above_the_exact_threshold_is_reproducible_over_batches():
 
 
 def test_snapshot_of_other_aggs_or_old_format_is_handled():
-    legacy = EngineConfig(WindowSpec.parse("tumbling:1s"), 0)
-    eng = Engine(legacy)
+    bare = EngineConfig(WindowSpec.parse("tumbling:1s"), 0)
+    eng = Engine(bare)
     eng.process(InputBatch.from_arrays(["k"], [5], [1.0]), watermark_ms=0, batch_id=0, now_ms=0)
     blob = eng.snapshot()
     with pytest.raises(StateSchemaMismatch, match="written for"):
-        Engine.build(with_aggs(legacy), blob)
-    other = with_aggs(legacy, AggList.parse("count,p99(a),distinct(u)"))
+        Engine.build(with_aggs(bare), blob)
+    other = with_aggs(bare, AggList.parse("count,p99(a),distinct(u)"))
     general = Engine(other)
     general.process(make_batch([oracle.Rec("k", 5, 1.0, 0)]), watermark_ms=0, batch_id=0,
                     now_ms=0)
     with pytest.raises(StateSchemaMismatch, match="written for"):
-        Engine.build(with_aggs(legacy, AggList.parse("count,p95(a),distinct(u)")),
+        Engine.build(with_aggs(bare, AggList.parse("count,p95(a),distinct(u)")),
                      general.snapshot())
-    # a format-1 snapshot (legacy layout, written before the sketches) is still read
+    # a format-1 snapshot (written before the sketches) is still read
     import pyarrow as pa
 
     table = pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
@@ -198,7 +198,7 @@ def test_snapshot_of_other_aggs_or_old_format_is_handled():
     old = table.replace_schema_metadata(meta)
     with pa.ipc.new_stream(sink, old.schema) as w:
         w.write_table(old)
-    translated = Engine.build(legacy, sink.getvalue().to_pybytes()).snapshot()
+    translated = Engine.build(bare, sink.getvalue().to_pybytes()).snapshot()
     got = pa.ipc.open_stream(pa.py_buffer(translated)).read_all()
     assert got.to_pylist() == table.to_pylist()  # the same windows, and no delays learned yet
     assert got.schema.metadata[b"revise.delays"] == b"[]"
@@ -224,7 +224,7 @@ def test_input_batch_checks_the_field_columns():
     b = InputBatch.from_arrays(["k"], [1], [0], distinct={"u": ["x"]})
     assert b.distinct["u"].tolist() == hash_strings(["x"]).tolist()
     config = EngineConfig(WindowSpec.parse("tumbling:1s"), 0,
-                          agg_list=AggList.parse("count,p99(lat)"))
+                          aggs=AggList.parse("count,p99(lat)"))
     with pytest.raises(InvalidInput, match="no column for field 'lat'"):
         Engine(config).process(b, watermark_ms=0, batch_id=0, now_ms=0)
 
@@ -245,3 +245,28 @@ def test_revision_schema_follows_the_agg_list():
     s = revision_schema(AggList.parse("sum(a),mean(a),sum(b)"))
     assert s.names[-3:] == ["completeness", "est_sum_a", "est_sum_b"]
     assert str(s.field("est_sum_b").type) == "double"
+
+
+def test_bare_form_state_is_named_by_function_and_fn_field_form_by_field():
+    """A bare-form snapshot keeps ``count:1, sum:1`` tags and ``sum`` state columns, so
+    snapshots of either form restart unchanged; ``FN(FIELD)`` prefixes state by its field."""
+    import json
+
+    import pyarrow as pa
+
+    def snapshot_of(aggs: AggList) -> pa.Table:
+        eng = Engine(EngineConfig(WindowSpec.parse("tumbling:1s"), 0, aggs=aggs))
+        eng.process(make_batch([oracle.Rec("k", 5, 2.0, 0)]), watermark_ms=0, batch_id=0,
+                    now_ms=0)
+        return pa.ipc.open_stream(pa.py_buffer(eng.snapshot())).read_all()
+
+    bare = snapshot_of(AggList.parse("mean,max,count", value_field="payload.v"))
+    assert json.loads(bare.schema.metadata[b"revise.config"])["aggs"] == [
+        "mean:1", "max:1", "count:1"]
+    assert [c for c in bare.column_names if c.startswith("col_")] == [
+        "col_count", "col_sum", "col_max"]
+    called = snapshot_of(AggList.parse("mean(a),max(a),count"))
+    assert json.loads(called.schema.metadata[b"revise.config"])["aggs"] == [
+        "mean(a):1", "max(a):1", "count:1"]
+    assert [c for c in called.column_names if c.startswith("col_")] == [
+        "col_count", "col_a:sum", "col_a:max"]

@@ -7,6 +7,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from revise.aggspec import AggList
 from revise.config import EngineConfig, WindowSpec
 from revise.engine import Engine, InputBatch
 from revise.errors import StateSchemaMismatch
@@ -16,8 +17,8 @@ from revise.local import run_batches
 
 def _config(window: str = "tumbling:10s", grace_ms: int = 5000, mode: str = "revision",
             delay_ms: int = 0) -> EngineConfig:
-    return EngineConfig(WindowSpec.parse(window), grace_ms, delay_ms, ("count", "sum"), mode,
-                        "q")
+    return EngineConfig(WindowSpec.parse(window), grace_ms, delay_ms,
+                        AggList.parse("count,sum"), mode, "q")
 
 
 def _batches(per_batch: int, *, events: int = 20_000, disorder_ms: int = 2000,

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from helpers import batch_of, by_window, late_records, make_batch
 
+from revise.aggspec import AggList
 from revise.config import EngineConfig, WindowSpec
 from revise.engine import Engine, InputBatch, InvalidInput, WatermarkRegression
 from revise.errors import ReviseError, StateSchemaMismatch
@@ -274,7 +275,7 @@ def test_watermark_mode_emits_only_finals():
 
 
 def test_unrequested_aggregates_are_null():
-    outs = run(cfg("tumbling:10s", 0, aggs=("max",)), [("a", 1, 1.0), ("a", 2, 5.0)])
+    outs = run(cfg("tumbling:10s", 0, aggs=AggList.parse("max")), [("a", 1, 1.0), ("a", 2, 5.0)])
     r = next(outs[0].revisions.rows())
     assert (r.max, r.count, r.sum, r.min, r.mean) == (5.0, None, None, None, None)
     t = outs[0].revisions.to_arrow()
@@ -321,7 +322,7 @@ def test_snapshot_refuses_other_config_and_garbage():
     with pytest.raises(StateSchemaMismatch, match="tumbling:10s"):
         Engine.build(cfg("tumbling:5s", 0), blob)
     with pytest.raises(StateSchemaMismatch):
-        Engine.build(cfg("tumbling:10s", 0, aggs=("count",)), blob)
+        Engine.build(cfg("tumbling:10s", 0, aggs=AggList.parse("count")), blob)
     with pytest.raises(StateSchemaMismatch, match="not a revise state snapshot"):
         Engine.build(cfg("tumbling:10s", 0), b"garbage")
     restored = Engine.build(cfg("tumbling:10s", 0), blob)

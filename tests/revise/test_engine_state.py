@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from revise.config import EngineConfig, WindowSpec
 from revise.engine import Engine, InputBatch
-from revise.engine.state import COMPRESS_ABOVE_BYTES, INDEX_MAX_BYTES, KeyTable
+from revise.engine.snapshot import COMPRESS_ABOVE_BYTES
+from revise.engine.state import INDEX_MAX_BYTES, KeyTable
 
 _KEYS = st.lists(st.text(alphabet="abcdé\u00e9Z0", max_size=4), max_size=30)
 # Keys the table cannot hold as fixed-width bytes too: NUL at the end ("a" and "a\0" differ),

@@ -4,6 +4,7 @@ fingerprint; bad values exit 2 naming the fix before any client starts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from revise.cli import build_parser
 from revise.cli.run import job_config_from_args
 from revise.errors import ConfigError
+from revise.inputspec import InputSpec
 from revise.jobconfig import STATE_LAYOUT_KEY
 from revise.kafka.settings import KafkaSettings
 from revise.records import REVISION_SCHEMA
@@ -29,20 +31,25 @@ def config(*extra: str):
     return job_config_from_args(args, KafkaSettings(None).with_bootstrap("127.0.0.1:1"))
 
 
-def test_todays_options_keep_todays_parser_schema_and_fingerprint():
+def test_default_options_are_the_plain_input_spec_with_spec_schema_and_fingerprint():
     cfg = config()
-    assert cfg.legacy_input and cfg.revision_schema is REVISION_SCHEMA
+    assert cfg.input_spec == InputSpec(numeric_fields=("value",), value_field="value")
+    assert cfg.input_spec.plain and cfg.revision_schema is REVISION_SCHEMA
     assert cfg.fingerprint() == {
         "query_id": "q", "input_topic": "in", "window": "tumbling:1d", "grace_ms": 1000,
         "watermark_delay_ms": 0, "aggs": ["count", "sum", "min", "max", "mean"],
         "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"],
         STATE_LAYOUT_KEY: "log"}  # the state layout, recorded
-    assert config("--aggs", "count,max", "--value-field", "v").legacy_input
-    # A nested value field keeps the bare form's columns but needs the general parser.
+    assert config("--aggs", "count,max", "--value-field", "v").input_spec.plain
+    # A nested value field keeps the bare form's columns; its shape is not the plain one.
     nested = config("--value-field", "payload.amount")
-    assert not nested.legacy_input and nested.input_spec.numeric_fields == ("payload.amount",)
+    assert not nested.input_spec.plain
+    assert nested.input_spec.numeric_fields == ("payload.amount",)
     assert nested.revision_schema is REVISION_SCHEMA
-    assert config("--aggs", "count").input_spec.numeric_fields == ()
+    count = config("--aggs", "count").input_spec
+    assert count.numeric_fields == () and count.value_field == "value" and count.plain
+    with pytest.raises(ConfigError, match="value_field='v'"):  # one value field, not two
+        dataclasses.replace(config(), value_field="v")
 
 
 def test_fn_field_options_reach_the_spec_schema_and_fingerprint():
@@ -50,7 +57,7 @@ def test_fn_field_options_reach_the_spec_schema_and_fingerprint():
                  "--key-field", "store, region", "--ts-field", "@timestamp",
                  "--ts-format", "epoch_s")
     spec = cfg.input_spec
-    assert not cfg.legacy_input
+    assert not spec.plain and spec.value_field is None
     assert spec.key_fields == ("store", "region") and spec.ts_field == "@timestamp"
     assert spec.numeric_fields == ("amount", "http.latency_ms")
     assert spec.distinct_fields == ("user.id",)

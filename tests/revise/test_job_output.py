@@ -92,7 +92,7 @@ def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
         "missing field 'a.b'"]
     assert batch.values.tolist() == [2.0, 4.0]  # the late records' value: the first number
     assert batch.numeric["a.b"].tolist() == [2.0, 4.0] and len(batch.distinct["u"]) == 2
-    cfg = EngineConfig(WindowSpec.parse("tumbling:10ms"), 0, agg_list=aggs)
+    cfg = EngineConfig(WindowSpec.parse("tumbling:10ms"), 0, aggs=aggs)
     out = Engine.build(cfg, None).process(batch, watermark_ms=0, batch_id=4, now_ms=1)
     schema = revision_schema(aggs)
     rows = output.encode_output(revisions=[out.revisions.to_arrow()], late=[], dead=dead,
