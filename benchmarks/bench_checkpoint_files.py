@@ -47,11 +47,11 @@ def _one(variant: str, files: int) -> float:
     from revise.spark.session import spark_session
 
     spark = spark_session(f"bench-checkpoint-{variant}", ui=False, extra_conf=VARIANTS[variant])
-    jvm = spark._jvm  # noqa: SLF001 - the file manager has no Python API
+    jvm = spark._jvm
     if jvm is None:
         msg = "the Spark session has no JVM gateway"
         raise RuntimeError(msg)
-    conf = spark._jsparkSession.sessionState().newHadoopConf()  # noqa: SLF001
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
     hadoop_path = jvm.org.apache.hadoop.fs.Path
     root = hadoop_path("file:" + tempfile.mkdtemp(prefix="revise-bench-cp-"))
     manager = (jvm.org.apache.spark.sql.execution.streaming.checkpointing

@@ -62,7 +62,7 @@ def _frame(spark: Any, records: int, bad: float) -> Any:
 
 def _same(first: Any, second: Any) -> bool:
     """Whether two classified frames hold the same rows (NaN equal to NaN)."""
-    return first.exceptAll(second).isEmpty() and second.exceptAll(first).isEmpty()
+    return bool(first.exceptAll(second).isEmpty() and second.exceptAll(first).isEmpty())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         delta = str(Path(args.workdir) / name)
         if not Path(delta, "latest", "_delta_log").is_dir():
             t0 = time.perf_counter()
-            n = build(delta, **shape)  # type: ignore[arg-type]
+            n = build(delta, **shape)
             print(f"<!-- built {name}: {n:,} revisions in {time.perf_counter() - t0:.0f} s -->",
                   flush=True)
         for label, sql in QUERIES.items():

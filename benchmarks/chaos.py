@@ -62,7 +62,8 @@ from revise.spark.spark_log import (  # noqa: E402
     last_entry,
 )
 
-__all__ = ["ChaosResult", "Kill", "create_topics", "main", "run_chaos", "use_repo_pythonpath"]
+__all__ = ["ChaosResult", "CliRun", "Kill", "create_topics", "main", "run_chaos",
+           "use_repo_pythonpath"]
 
 RUN_TIMEOUT_S = 300.0
 KINDS = ("random", "delta", "close")

@@ -230,6 +230,6 @@ class HistoryCompactor:
             # Its own snapshot: the writer's cached one is used by the next batch's append.
             target = DeltaTable(path, storage_options=self._storage_options)
             target.optimize.compact(target_size=HISTORY_FILE_BYTES)
-        except Exception as e:  # the layout only: the next turn retries
+        except Exception as e:  # noqa: BLE001 - the layout only: the next turn retries
             log.warning("compacting Delta table %s failed (%s: %s); retried later",
                         path, type(e).__name__, e)

@@ -230,7 +230,8 @@ class _Cdf:
         dx = xc - lo
         slope = (self.g[k + 1] - self.g[k]) / (DELAY_EDGES_MS[k + 1] - lo)
         inside = self.h[k] + dx * self.g[k] + 0.5 * dx * dx * slope
-        return inside + np.maximum(x - DELAY_EDGES_MS[-1], 0.0)
+        out: npt.NDArray[np.float64] = inside + np.maximum(x - DELAY_EDGES_MS[-1], 0.0)
+        return out
 
 
 def fixed_completeness(hist: DelayHistogram, start_ms: IntArray, end_ms: IntArray, now_ms: int,

@@ -60,7 +60,8 @@ def percentile_rank(percent: int, n: npt.NDArray[np.int64]) -> npt.NDArray[np.in
     ``max(1, ceil(percent * n / 100))`` in exact integer arithmetic.
     """
     r = (np.int64(percent) * n + 99) // 100
-    return np.maximum(r, 1)
+    ranks: npt.NDArray[np.int64] = np.maximum(r, 1)
+    return ranks
 
 
 def _poly(s: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

@@ -38,7 +38,7 @@ __all__ = [
 class EnvDefaults(argparse.ArgumentParser):
     """An ArgumentParser whose options fall back to ``REVISE_<OPTION>`` environment variables."""
 
-    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:  # type: ignore[override]
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         """Add the option; its default comes from ``REVISE_<OPTION>`` when that is set."""
         long = next((a for a in args if isinstance(a, str) and a.startswith("--")), None)
         if long is not None and kwargs.get("action") not in ("help", "version"):

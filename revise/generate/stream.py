@@ -103,7 +103,8 @@ class EventStream:
     @property
     def good(self) -> npt.NDArray[np.bool_]:
         """Records that are well formed (on time or late)."""
-        return self.kind != 2
+        good: npt.NDArray[np.bool_] = self.kind != 2
+        return good
 
 
 def generate(cfg: GeneratorConfig) -> EventStream:

@@ -62,7 +62,7 @@ class LogFile:
     def open(self) -> IO[bytes]:
         """The file, opened for appending (the caller closes it)."""
         self._announce()
-        return open(self.path, "ab")  # noqa: SIM115 - the caller closes it
+        return open(self.path, "ab")
 
     def handler(self) -> logging.Handler:
         """A logging handler that writes to the file (created on the first record)."""

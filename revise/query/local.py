@@ -246,7 +246,7 @@ def open_views_local(
         raise ConfigError(msg) from None
     except ConfigError:
         raise
-    except Exception as exc:  # delta-rs raises DeltaError / plain Exception
+    except Exception as exc:  # noqa: BLE001 - delta-rs raises DeltaError or a plain Exception
         msg = f"cannot read the tables under {root} at {at}: {_first_line(exc)}"
         raise ConfigError(msg) from None
     return qb
@@ -302,7 +302,7 @@ def run_query_local(
                           watermark=watermark)
     try:
         result = pa.RecordBatchReader.from_stream(qb.execute(sql)).read_all()
-    except Exception as exc:  # DataFusion's parse, planning and execution errors
+    except Exception as exc:  # noqa: BLE001 - DataFusion's parse, planning and execution errors
         msg = f"{_first_line(exc)}\n{views_hint()}"
         raise ConfigError(msg) from None
     return spark_like_arrow(result).to_pandas()

@@ -193,4 +193,4 @@ def format_frame(frame: pd.DataFrame, fmt: Format = "table") -> str:
         return "\n".join(json.dumps(r) for r in rows)
     if frame.empty:
         return " ".join(frame.columns) + "\n(no rows)"
-    return frame.to_string(index=False)
+    return str(frame.to_string(index=False))

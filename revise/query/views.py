@@ -35,7 +35,7 @@ VIEW_DEFINITIONS: Final[Mapping[str, tuple[str, str | None]]] = {
 }
 REGISTERED_VIEWS: Final = tuple(VIEW_DEFINITIONS)
 """Every view :func:`register_views` creates: the user views, then the raw tables."""
-assert REGISTERED_VIEWS == (*VIEW_NAMES, *TABLE_NAMES)
+assert (*VIEW_NAMES, *TABLE_NAMES) == REGISTERED_VIEWS
 
 
 def older_than_kept(table_path: str, point: str, oldest: int, oldest_at: str) -> str:

@@ -89,9 +89,9 @@ def close_all_due(commands: Iterable[str], input_end: Mapping[int, int] | None) 
     for command in commands:
         if command == CLOSE_ALL:
             return True
-        if command.startswith(CLOSE_ALL_AT) and input_end is not None:
-            if input_reached(input_end, _int_offsets(json.loads(command[len(CLOSE_ALL_AT):]))):
-                return True
+        if command.startswith(CLOSE_ALL_AT) and input_end is not None and input_reached(
+                input_end, _int_offsets(json.loads(command[len(CLOSE_ALL_AT):]))):
+            return True
     return False
 
 

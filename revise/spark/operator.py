@@ -133,15 +133,15 @@ class ShardProcessor(_StatefulProcessor):
         self._base = handle.getListState("base", BASE_DDL)
         self._log = handle.getListState("log", LOG_DDL)
 
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],  # noqa: N802 - Spark's
-                        timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N803
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: Any) -> Iterator[pd.DataFrame]:
         """Spark's hook: the shard's rows of this micro-batch."""
         chunks = self._call(int(key[0]), rows, timerValues)
         if chunks is not None:
             yield chunks
 
-    def handleExpiredTimer(self, key: Any, timerValues: Any,  # noqa: N802, N803 - Spark's
-                           expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:  # noqa: N803
+    def handleExpiredTimer(self, key: Any, timerValues: Any,
+                           expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
         """Spark's hook: the watermark reached the shard's next close.
 
         Spark deletes the fired timer itself once this returns, so the call must not.
@@ -286,7 +286,8 @@ def _split_input(frames: list[pd.DataFrame], topic: str, batch_id: int,
         accepted = rows[good]  # bad rows have null ts/value: select before typing
 
         def column(name: str, dtype: Any) -> npt.NDArray[Any]:
-            return accepted[name].to_numpy(dtype=dtype)
+            values: npt.NDArray[Any] = accepted[name].to_numpy(dtype=dtype)
+            return values
     c = {name: column(name, dtype) for name, dtype in _INPUT_COLUMNS}
     numeric = {f: column(col, np.float64) for col, f in fields.numeric}
     distinct = {f: column(col, object) for col, f in fields.distinct}

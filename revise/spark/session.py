@@ -246,9 +246,9 @@ def _launch_jvm(conf: dict[str, str]) -> None:
         return
     with output:
         try:
-            gateway = launch_gateway(SparkConf().setAll(list(conf.items())),
+            gateway = launch_gateway(SparkConf().setAll(list(conf.items())),  # type: ignore[no-untyped-call]
                                      popen_kwargs={"stdout": output, "stderr": output})
-        except Exception as exc:  # noqa: BLE001 - PySpark's JAVA_GATEWAY_EXITED and OSErrors
+        except Exception as exc:
             output.flush()
             lines = Path(output.name).read_text(errors="replace").splitlines()
             tail = "\n".join(lines[-15:])

@@ -38,9 +38,10 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from revise.config import EngineConfig
@@ -182,7 +183,8 @@ class Step:
         options = pa.ipc.IpcWriteOptions(compression="zstd")
         with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
             writer.write_table(table)
-        return sink.getvalue().to_pybytes()
+        encoded: bytes = sink.getvalue().to_pybytes()
+        return encoded
 
     @staticmethod
     def decode(data: bytes) -> Step:
@@ -191,8 +193,9 @@ class Step:
         meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
         names = json.loads(meta["fields"])
 
-        def col(name: str) -> np.ndarray:  # type: ignore[type-arg]
-            return table.column(name).to_numpy(zero_copy_only=False)
+        def col(name: str) -> npt.NDArray[Any]:
+            values: npt.NDArray[Any] = table.column(name).to_numpy(zero_copy_only=False)
+            return values
 
         topic = col("topic") if "topic" in table.column_names else meta["topic"]
         batch = InputBatch(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -48,10 +49,8 @@ class CliRun:
         return False
 
     def signal_group(self, sig: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
 
     def wait(self, timeout_s: float) -> int:
         """Wait for the process; then for what is left of its group (the JVM) to end.

@@ -73,7 +73,7 @@ def main(master: str, out: str) -> None:
     try:
         df = spark.createDataFrame(probe_input())
         rows = df.groupBy("key").applyInPandas(summarize, OUT_DDL).toPandas()
-        shipped = spark.sparkContext._python_includes  # noqa: SLF001 - what addPyFile recorded
+        shipped = spark.sparkContext._python_includes
         with open(out, "w") as f:
             json.dump({"rows": rows.to_dict("records"), "master": spark.sparkContext.master,
                        "python_includes": list(shipped or [])}, f)

@@ -357,7 +357,7 @@ def check_run(setup: JobSetup, parse: Parser = parse_plain,
     grace = cfg.grace_ms
     session = cfg.window.kind == "session"
     bare = cfg.aggs.bare
-    AGGS = cfg.aggs.columns  # noqa: N806 - the columns every check below walks
+    AGGS = cfg.aggs.columns
     assert bare or (expected is not None and not session), "FN(FIELD) needs expected()"
     report = Report()
 

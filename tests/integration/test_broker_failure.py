@@ -46,7 +46,7 @@ def _slice(s: EventStream, a: int, b: int) -> EventStream:
     return EventStream(s.keys[a:b], s.ts_ms[a:b], s.values[a:b], s.kind[a:b], s.payloads[a:b])
 
 
-def _admin(bootstrap: str):  # noqa: ANN202 - confluent_kafka is untyped
+def _admin(bootstrap: str):
     from confluent_kafka.admin import AdminClient
 
     return AdminClient({"bootstrap.servers": bootstrap})

@@ -29,7 +29,7 @@ def test_a_stateful_query_writes_its_checkpoint_through_the_file_system_api(spar
         for part, values in enumerate((range(0, 30), range(30, 60))):
             (inbox / f"part-{part}.json").write_text("".join(f'{{"v": {v}}}\n' for v in values))
             query.processAllAvailable()
-        execution = query._jsq.streamingQuery()  # noqa: SLF001 - no public handle on the logs
+        execution = query._jsq.streamingQuery()
         # The state store takes its file manager from the same settings (the query's Hadoop
         # configuration), so the logs stand for it.
         for log in (execution.offsetLog(), execution.commitLog()):

@@ -106,7 +106,7 @@ def test_input_topic_deleted_while_running(job_setup, tmp_path):
             admin.create_topics([NewTopic(setup.input_topic, num_partitions=2)])[
                 setup.input_topic].result(30)
             break
-        except Exception:
+        except Exception:  # noqa: BLE001 - any failure to recreate it: retried until the deadline
             assert time.monotonic() < deadline, "could not recreate the input topic"
             time.sleep(1)
     produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)

@@ -120,7 +120,7 @@ def test_querying_doc_deltalake_snippet_runs(run: QueryRun, spark: SparkSession,
     snippet = next(b for b in blocks if "from deltalake import DeltaTable" in b)
     monkeypatch.setenv("REVISE_DELTA_PATH", run.delta)
     ns: dict[str, object] = {}
-    exec(compile(snippet, "docs/QUERYING.md", "exec"), ns)  # noqa: S102 - the doc's own code
+    exec(compile(snippet, "docs/QUERYING.md", "exec"), ns)
     history = ns["history"]
     assert len(history) == run.revisions  # type: ignore[arg-type]
     assert len(ns["late_records"]) == run.late  # type: ignore[arg-type]

@@ -35,7 +35,7 @@ def test_step_timings_are_taken_once_and_only_the_recent_ones_kept() -> None:
     c = _committer()
     n = STEP_MS_KEPT + 8
     for b in range(n):
-        c._steps(b, 0.4204, 0.03, 0.1506)  # noqa: SLF001 - what __call__ records per batch
+        c._steps(b, 0.4204, 0.03, 0.1506)
     assert c.take_steps(0) is None  # an unbounded run does not keep every batch's
     assert c.take_steps(n - 1) == {"collect_ms": 420, "kafka_ms": 30, "delta_ms": 151}
     assert c.take_steps(n - 1) is None

@@ -263,7 +263,7 @@ def test_help_names_the_options():
     from revise.cli import build_parser
 
     parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command" or a.choices)  # noqa: SLF001
+    sub = next(a for a in parser._actions if a.dest == "command" or a.choices)
     text = sub.choices["run"].format_help()  # type: ignore[index]
     assert "--emit-min-change" in text and "--emit-every" in text
     assert "REVISE_EMIT_EVERY" in text

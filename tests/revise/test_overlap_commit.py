@@ -56,20 +56,20 @@ class _Context:
     def __init__(self) -> None:
         self.properties: dict[str, str | None] = {}
 
-    def setLocalProperty(self, key: str, value: str | None) -> None:  # noqa: N802 - Spark's
+    def setLocalProperty(self, key: str, value: str | None) -> None:
         self.properties[key] = value
 
 
 class _Session:
     def __init__(self) -> None:
-        self.sparkContext = _Context()  # noqa: N815 - Spark's name
+        self.sparkContext = _Context()
 
 
 class _Batch:
     def __init__(self) -> None:
-        self.sparkSession = _Session()  # noqa: N815 - Spark's name
+        self.sparkSession = _Session()
 
-    def toArrow(self) -> None:  # noqa: N802 - Spark's name
+    def toArrow(self) -> None:
         return None
 
 

@@ -48,7 +48,7 @@ class FakeList(FakeValue):
         self.store[self.name] = [tuple(v) for v in values]
         self.store.setdefault("_writes", []).append((self.name, "put", len(values)))
 
-    def appendValue(self, value: tuple) -> None:  # noqa: N802 - Spark's name
+    def appendValue(self, value: tuple) -> None:
         self.store.setdefault(self.name, []).append(tuple(value))
         self.store.setdefault("_writes", []).append((self.name, "append", 1))
 
@@ -60,16 +60,16 @@ class FakeHandle:
         self.store = store
         store.setdefault("_timers", set())
 
-    def getValueState(self, name: str, schema: str) -> FakeValue:  # noqa: N802
+    def getValueState(self, name: str, schema: str) -> FakeValue:
         return FakeValue(self.store, name)
 
-    def getListState(self, name: str, schema: str) -> FakeList:  # noqa: N802
+    def getListState(self, name: str, schema: str) -> FakeList:
         return FakeList(self.store, name)
 
-    def registerTimer(self, ms: int) -> None:  # noqa: N802
+    def registerTimer(self, ms: int) -> None:
         self.store["_timers"].add(ms)
 
-    def deleteTimer(self, ms: int) -> None:  # noqa: N802
+    def deleteTimer(self, ms: int) -> None:
         # Spark logs a warning for a timer that does not exist: count them.
         if ms not in self.store["_timers"]:
             self.store["_missing_deletes"] = self.store.get("_missing_deletes", 0) + 1
@@ -80,7 +80,7 @@ class Fired:
     def __init__(self, ms: int) -> None:
         self.ms = ms
 
-    def getExpiryTimeInMs(self) -> int:  # noqa: N802
+    def getExpiryTimeInMs(self) -> int:
         return self.ms
 
 
@@ -88,10 +88,10 @@ class Times:
     def __init__(self, watermark_ms: int, now_ms: int = 0) -> None:
         self.w, self.now = watermark_ms, now_ms
 
-    def getCurrentWatermarkInMs(self) -> int:  # noqa: N802
+    def getCurrentWatermarkInMs(self) -> int:
         return self.w
 
-    def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802
+    def getCurrentProcessingTimeInMs(self) -> int:
         return self.now
 
 

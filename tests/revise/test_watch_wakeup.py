@@ -25,7 +25,7 @@ from revise.spark.watch import JobDriver
 class _Query:
     """``lastProgress`` shows batch ``batch_id`` from the ``shows_after``-th read on."""
 
-    isActive = True  # noqa: N815 - Spark's name
+    isActive = True
 
     def __init__(self, batch_id: int, shows_after: int) -> None:
         self.batch_id = batch_id
@@ -33,7 +33,7 @@ class _Query:
         self.reads = 0
 
     @property
-    def lastProgress(self) -> dict[str, Any] | None:  # noqa: N802 - Spark's name
+    def lastProgress(self) -> dict[str, Any] | None:
         self.reads += 1
         return {"batchId": self.batch_id} if self.reads >= self.shows_after else None
 
