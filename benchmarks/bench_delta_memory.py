@@ -12,7 +12,7 @@ before revise set it — writes ``--batches`` micro-batches of ``--rows``
 revisions (windows of 10 batches, revisions 0–9, no late records or dead letters) through
 :class:`sinks.delta_tables.DeltaTables` into fresh tables, exactly as the job's committer does
 (three appends skipped as empty or written, one MERGE into ``latest``), with
-:data:`sinks.delta_tables.RELOAD_EVERY` set to the value (1000000: never re-open, delta-rs's
+:data:`sinks.delta_txn.RELOAD_EVERY` set to the value (1000000: never re-open, delta-rs's
 ``update_incremental`` only). Prints the process's resident memory every 100 batches, the
 wall time and the mean milliseconds per batch of the last 100, and of those the ``revisions``
 writes' (appends, or staged commits) and ``latest``'s (MERGEs): a long-running job's driver must
@@ -90,10 +90,11 @@ def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False,
     import psutil
 
     import sinks.delta_tables as delta
+    import sinks.delta_txn as txn
     from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA
     from sinks.history_stage import HistoryStage
 
-    delta.RELOAD_EVERY = reload_every  # type: ignore[misc]  # the knob under test
+    txn.RELOAD_EVERY = reload_every  # type: ignore[misc]  # the knob under test
     root = tempfile.mkdtemp(prefix="revise-bench-delta-")
     now = [0.0]
     stage = (None if commit_interval_s is None else

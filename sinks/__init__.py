@@ -10,10 +10,14 @@ Both are written by the job's driver from one micro-batch held as Arrow tables, 
 - :mod:`sinks.delta_tables` — the tables ``revisions``, ``latest``, ``late``, ``dead_letter``
   written by delta-rs, each write tagged with the app transaction (query, batch) so a replay
   changes nothing. (Reading them with Spark is the query side's: :mod:`revise.query.views`.)
+- :mod:`sinks.delta_txn` — each write one Delta app transaction ``(revise-<query>, batch)``,
+  skipped when the table's log already holds it.
+- :mod:`sinks.delta_history` — the appends to ``revisions``, ``late``, ``dead_letter``, at
+  once or staged, and the commit of what a crash left staged.
 - :mod:`sinks.delta_schema` — what each table is: its Arrow schema and its Delta properties.
 - :mod:`sinks.delta_layout` — what keeps those tables' files from growing with an unbounded
   run: ``latest``'s bounded files and the history tables' background compaction.
-- :mod:`sinks.latest_merge` — the background MERGE into ``latest``: one MERGE for the
+- :mod:`sinks.latest_merge` — the MERGE into ``latest``, in the background: one MERGE for the
   micro-batches that arrived while the last one ran (their highest revision per window), a
   bounded backlog, and a failed MERGE stopping every later one (the job's next start redoes
   them from ``revisions``).

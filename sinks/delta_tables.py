@@ -35,6 +35,12 @@ the MERGE of batches Spark has already recorded (and will not replay);
 :meth:`DeltaTables.catch_up_latest`, run at every start, redoes it from ``revisions``, whose
 app transaction version is ahead of ``latest``'s exactly then.
 
+Who owns what: :class:`DeltaTables` runs one micro-batch's writes together (3a–3d, below) and
+creates the tables; :mod:`sinks.delta_txn` makes each write an idempotent app transaction;
+:class:`sinks.delta_history.HistoryWriter` owns the appends to the history tables, staged or
+not, and their recovery after a crash; :class:`sinks.latest_merge.LatestTable` owns the MERGE
+into ``latest``, its background merger and its catch-up from ``revisions``.
+
 Its place in the commit of a micro-batch is step 3 of ``revise.spark.committer.BatchCommitter``
 (3a–3d below). Reading the tables with Spark (the views, time travel) is the query side's:
 :mod:`revise.query.views`.
@@ -47,39 +53,30 @@ skipped (app version 5 ≤ 5); a stray rev 0 → ignored (0 < 1).
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from revise.errors import ReviseError
 from revise.records import REVISION_SCHEMA
-from revise.vocab import LATEST_KEY, TABLE_NAMES
+from revise.vocab import TABLE_NAMES
+from sinks.delta_history import HistoryWriter
 from sinks.delta_layout import (
     LOG_RETENTION_KEY,
-    HistoryCompactor,
     bound_latest_files,
     log_retention_value,
     longest_log_retention_ms,
     retain_logs,
 )
 from sinks.delta_schema import TABLE_PROPERTIES, DeltaSchemaError, arrow_schema
-from sinks.history_stage import HISTORY_TABLES, HistoryStage
-from sinks.latest_merge import REST_RATIO, LatestMerger, MergeFailed, highest_per_window
-
-if TYPE_CHECKING:
-    from deltalake import DeltaTable as RustDeltaTable
-    from deltalake.transaction import CommitProperties
+from sinks.delta_txn import AfterWrite, DeltaRoot, DeltaWriteError, app_id, conform
+from sinks.history_stage import HistoryStage
+from sinks.latest_merge import REST_RATIO, LatestTable
 
 __all__ = [
-    "COMPACT_LATEST_EVERY",
+    "AfterWrite",
     "DeltaSchemaError",
     "DeltaTables",
     "DeltaWriteError",
@@ -88,22 +85,6 @@ __all__ = [
 
 
 log = logging.getLogger("revise.delta")
-
-COMPACT_LATEST_EVERY: Final = 50
-"""Compact ``latest``'s small files after this many MERGEs (each MERGE adds a few files)."""
-RELOAD_EVERY: Final = 50
-"""Re-open a table from its log after this many incremental updates of the cached one.
-
-delta-rs's ``update_incremental`` keeps what it read of every new commit: the driver's memory
-grew ~300 KiB per micro-batch and each write got slower (700 batches through the four tables:
-+208 MiB and 69 s; re-opened every 50: +73 MiB and 38 s, most of it in the first 100 batches;
-``python -m benchmarks.bench_delta_memory``). A fresh open reads the newest Delta checkpoint
-(every 10–20 commits) and the few JSON commits after it.
-"""
-
-
-class DeltaWriteError(ReviseError, RuntimeError):
-    """A Delta write of a micro-batch failed (the batch is safe to replay)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,45 +117,47 @@ class DeltaTables:
         log_retention_ms: How long each table keeps its log's commit files
             (``--delta-log-retention``, :func:`~sinks.delta_layout.retain_logs`), set by
             :meth:`ensure`; None leaves each table's own (Delta's default: 30 days).
+        after_write: Called after each table's write with the table and the highest
+            micro-batch the write holds: 3a–3d of :meth:`write_batch` (a deferred ``latest``
+            MERGE on the merger's thread, once done), and every staged commit, whether
+            :meth:`write_batch`, :meth:`commit_due_history`, :meth:`flush` or
+            :meth:`recover_history` makes it. The job's crash tests kill the process there
+            (``during_delta``), with the other writes in any state; its metrics learn there
+            how far each table trails the changelog.
     """
 
     def __init__(self, path: str, *, storage_options: Mapping[str, str] | None = None,
                  revision_schema: pa.Schema = REVISION_SCHEMA,
                  latest_rest_ratio: float = REST_RATIO,
                  stage: HistoryStage | None = None, latest_min_rest_s: float = 0.0,
-                 log_retention_ms: int | None = None) -> None:
+                 log_retention_ms: int | None = None,
+                 after_write: AfterWrite | None = None) -> None:
         self.path = str(path).rstrip("/")
         self.log_retention_ms = log_retention_ms
         self.revision_schema = revision_schema
         self.storage_options = dict(storage_options) if storage_options else None
         self.last_timings: WriteTimings | None = None
-        self._tables: dict[str, RustDeltaTable] = {}
-        self._updates: dict[str, int] = {}
-        self._merges = 0
-        self._merger = LatestMerger(self._merge_deferred, rest_ratio=latest_rest_ratio,
-                                    min_rest_s=latest_min_rest_s)
-        self._history = HistoryCompactor(self.table_path, self.storage_options)
-        self._stage = stage
-        self._history_lock = threading.Lock()  # the stage and its commits
-        self.after_write: Callable[[str, int], None] | None = None
-        """Called after each table's write with the table and the highest micro-batch the
-        write holds: 3a–3d of :meth:`write_batch` (a deferred ``latest`` MERGE on the
-        merger's thread, once done), and every staged commit, whether :meth:`write_batch`,
-        :meth:`commit_due_history`, :meth:`flush` or :meth:`recover_history` makes it. The
-        job's crash tests kill the process there (``during_delta``), with the other writes in
-        any state; its metrics learn there how far each table trails the changelog."""
-        self.unbatched_seconds: dict[str, float] = {}
-        """Seconds per history table of the staged commits made outside :meth:`write_batch`
-        (:meth:`commit_due_history`, :meth:`flush`): not in any batch's timings."""
+        self._root = DeltaRoot(self.path, self.storage_options)
+        self._history = HistoryWriter(self._root, self.schema, stage, after_write)
+        self._latest = LatestTable(self._root, revision_schema, after_write=after_write,
+                                   rest_ratio=latest_rest_ratio, min_rest_s=latest_min_rest_s)
 
     @property
     def latest_merges(self) -> int:
         """Deferred MERGEs into ``latest`` so far (each covers one or more micro-batches)."""
-        return self._merger.merges
+        return self._latest.deferred_merges
+
+    @property
+    def unbatched_seconds(self) -> dict[str, float]:
+        """Seconds per history table of the staged commits made outside :meth:`write_batch`.
+
+        Those of :meth:`commit_due_history` and :meth:`flush`: not in any batch's timings.
+        """
+        return self._history.unbatched_seconds
 
     def table_path(self, table: str) -> str:
         """``<path>/<table>``."""
-        return f"{self.path}/{table}"
+        return self._root.table_path(table)
 
     def ensure(self) -> DeltaTables:
         """Create the tables that are missing, with explicit schemas and properties.
@@ -253,7 +236,8 @@ class DeltaTables:
 
         With a ``stage``, 3a–3c of a batch that comes less than the stage's interval after the
         last history commit are staged instead, and written with the other staged batches in
-        one append per table once the interval has passed (:meth:`_commit_staged`).
+        one append per table once the interval has passed
+        (:meth:`~sinks.delta_history.HistoryWriter.commit_staged`).
 
         Args:
             query_id: The job's stable id.
@@ -276,123 +260,29 @@ class DeltaTables:
                 tables hold a prefix of the batch's writes and a replay completes the rest
                 (:meth:`catch_up_latest` the MERGE of the batches before).
         """
-        app_id = _app_id(query_id)
+        app = app_id(query_id)
         t0 = time.perf_counter()
         t: dict[str, float] = {}
         if defer_latest:  # the MERGEs of batches before: their errors, and their seconds
-            with self._merge_errors():
-                self._merger.check()
-            t["latest"] = self._merger.take_seconds()
-
+            t["latest"] = self._latest.take_seconds()
         history = {
             "revisions": revisions,
             "late": _add_query_id(late, query_id),
             "dead_letter": _add_query_id(dead_letters, query_id),
         }
-        history = {name: _conform(rows, self.schema(name)) for name, rows in history.items()}
-        writes: dict[str, Callable[[], float]] = {}
-        waited: dict[str, float] = {}
-        with self._history_lock:  # against commit_due_history on the job's watch thread
-            if self._stage is not None and self._stage.ending:
-                # The run stops next and commits the stage anyway: commit what waits now, then
-                # append this batch at once instead of staging it (ids stay in order).
-                waited = self._commit_staged()
-            staged = self._stage is not None and self._stage.should_stage()
-            if staged:  # 3a-3c wait in the stage: one commit for several batches
-                self._stage_batch(app_id, batch_id, history)
-                t.update(dict.fromkeys(HISTORY_TABLES, 0.0))
-            else:  # 3a, 3b, 3c: idempotent appends
-                for name, rows in history.items():
-                    writes[name] = partial(self._append, name, rows, app_id, batch_id)
-            if not defer_latest:  # 3d. MERGE into latest, same app transaction
-                writes["latest"] = lambda: self._merge_latest(revisions, app_id, batch_id)
-            failure = (f"Delta write of batch {batch_id} of query {query_id!r} under "
-                       f"{self.path!r} failed ({{error}}); replaying the batch completes it")
-            t.update(self._run_writes(writes, batch_id, failure))
-            if self._stage is not None:
-                if not staged:
-                    self._stage.committed()  # restarts the interval
-                elif self._stage.due():
-                    t.update(self._commit_staged())
+        history = {name: conform(rows, self.schema(name)) for name, rows in history.items()}
+        beside: dict[str, Callable[[], float]] = {}
+        if not defer_latest:  # 3d. MERGE into latest, same app transaction
+            beside["latest"] = partial(self._latest.merge, revisions, app, batch_id)
+        failure = (f"Delta write of batch {batch_id} of query {query_id!r} under "
+                   f"{self.path!r} failed ({{error}}); replaying the batch completes it")
+        # 3a, 3b, 3c: idempotent appends (or staged), beside a foreground 3d
+        t.update(self._history.write(app, batch_id, history, failure, beside))
         if defer_latest and revisions.num_rows:  # 3d, in the background
-            with self._merge_errors():
-                self._merger.submit(app_id, batch_id, history["revisions"], before_latest)
-        for name, seconds in waited.items():
-            t[name] = t.get(name, 0.0) + seconds
+            self._latest.submit(app, batch_id, history["revisions"], before_latest)
         self.last_timings = WriteTimings(
             t["revisions"], t["late"], t["dead_letter"], t["latest"], time.perf_counter() - t0
         )
-
-    def _run_writes(self, writes: dict[str, Callable[[], float]], batch_id: int,
-                    failure: str) -> dict[str, float]:
-        """Run independent table writes at once; each one's seconds.
-
-        :attr:`after_write` is called with each table's name and ``batch_id`` (the highest
-        batch the writes hold) once its write is done; ``failure`` is the error message,
-        with ``{error}``.
-
-        Raises:
-            DeltaWriteError: a write failed.
-        """
-        t: dict[str, float] = {}
-        if not writes:
-            return t
-        try:
-            # The tables are independent Delta logs: write them at once (delta-rs works outside
-            # the GIL); each is idempotent on its own, so any prefix is safe to replay.
-            with ThreadPoolExecutor(len(writes), thread_name_prefix="revise-delta") as pool:
-                running = {name: pool.submit(write) for name, write in writes.items()}
-                for name, future in running.items():
-                    t[name] = future.result()
-                    if self.after_write is not None:
-                        self.after_write(name, batch_id)
-        except Exception as e:
-            raise DeltaWriteError(failure.replace("{error}", f"{type(e).__name__}: {e}")) from e
-        return t
-
-    def _stage_batch(self, app_id: str, batch_id: int, history: dict[str, pa.Table]) -> None:
-        assert self._stage is not None
-        try:
-            self._stage.stage(app_id, batch_id, history)
-        except OSError as e:
-            msg = (f"staging batch {batch_id} under {str(self._stage.directory)!r} failed "
-                   f"({type(e).__name__}: {e}); replaying the batch completes it")
-            raise DeltaWriteError(msg) from e
-
-    def _commit_staged(self) -> dict[str, float]:
-        """Append every staged batch to the history tables, one commit per table; seconds each.
-
-        A table receives only the staged batches above its app transaction version (a replayed
-        batch it already holds is skipped), read from the same snapshot the idempotence check
-        reads; the commit is tagged with the highest batch id.
-        The stage forgets the batches once all three tables hold them.
-
-        Raises:
-            DeltaWriteError: an append failed; the batches stay staged (the next commit, or
-                the next start's :meth:`recover_history`, retries them).
-        """
-        assert self._stage is not None
-        batches = self._stage.pending
-        if not batches:
-            return {}
-        app_id, last = batches[-1].app_id, batches[-1].batch_id
-
-        def rows_after(name: str, done: int | None) -> pa.Table:
-            return pa.concat_tables(
-                [b.tables[name] for b in batches if done is None or b.batch_id > done])
-
-        failure = (f"Delta write of the staged batches {batches[0].batch_id}-{last} under "
-                   f"{self.path!r} failed ({{error}}); they stay in "
-                   f"{str(self._stage.directory)!r} and the next start writes them")
-        writes: dict[str, Callable[[], float]] = {
-            # A table no staged batch has rows for is not even read (late, dead_letter).
-            name: (partial(self._append_after, name, partial(rows_after, name), app_id, last)
-                   if any(b.tables[name].num_rows for b in batches) else _nothing)
-            for name in HISTORY_TABLES
-        }
-        t = self._run_writes(writes, last, failure)
-        self._stage.committed()
-        return t
 
     def end_staging(self) -> None:
         """The run stops after its next micro-batches: append their history at once.
@@ -400,8 +290,7 @@ class DeltaTables:
         A bounded run calls it when it asks for its close-all (:meth:`HistoryStage.end`):
         :meth:`flush` would commit a staged batch right after it anyway.
         """
-        if self._stage is not None:
-            self._stage.end()
+        self._history.end()
 
     def commit_due_history(self) -> bool:
         """Commit the staged batches if their interval has passed; whether it did.
@@ -414,19 +303,7 @@ class DeltaTables:
         Raises:
             DeltaWriteError: the appends failed; the batches stay staged.
         """
-        if self._stage is None or not self._history_lock.acquire(blocking=False):
-            return False
-        try:
-            if not self._stage.due():
-                return False
-            self._add_unbatched(self._commit_staged())
-            return True
-        finally:
-            self._history_lock.release()
-
-    def _add_unbatched(self, seconds: dict[str, float]) -> None:
-        for name, took in seconds.items():
-            self.unbatched_seconds[name] = self.unbatched_seconds.get(name, 0.0) + took
+        return self._history.commit_due()
 
     def recover_history(self, query_id: str) -> int:
         """Write the batches a previous run staged and did not commit; how many there were.
@@ -439,13 +316,7 @@ class DeltaTables:
             DeltaWriteError: the appends failed (a restart retries; the batches stay staged).
             StageError: the stage holds batches of another query.
         """
-        if self._stage is None:
-            return 0
-        batches = self._stage.recover(_app_id(query_id),
-                                      {name: self.schema(name) for name in HISTORY_TABLES})
-        if batches:
-            self._commit_staged()
-        return len(batches)
+        return self._history.recover(app_id(query_id))
 
     def flush(self, *, raise_error: bool = True) -> float:
         """Merge the deferred ``latest`` backlog now and wait for it.
@@ -463,70 +334,25 @@ class DeltaTables:
                 :meth:`recover_history`) or a MERGE (:meth:`catch_up_latest` redoes it)
                 failed, unless ``raise_error`` is false.
         """
-        self._merger.hurry()
-        history_error: DeltaWriteError | None = None
-        try:
-            with self._history_lock:
-                if self._stage is not None:
-                    self._add_unbatched(self._commit_staged())
-        except DeltaWriteError as exc:
-            history_error = exc
-        self._history.wait()
-        with self._merge_errors():  # the history's error, if any, is the one raised
-            self._merger.flush(raise_error=raise_error and history_error is None)
+        self._latest.hurry()
+        history_error = self._history.flush()
+        # the history's error, if any, is the one raised
+        seconds = self._latest.flush(raise_error=raise_error and history_error is None)
         if history_error is not None and raise_error:
             raise history_error
-        return self._merger.take_seconds()
+        return seconds
 
     def catch_up_latest(self, query_id: str) -> int:
         """Bring ``latest`` up to ``revisions`` for ``query_id``; the revisions merged.
 
         A deferred MERGE (``write_batch(defer_latest=True)``) lost to a crash or an error
-        leaves ``latest``'s app transaction version behind that of ``revisions``, which holds
-        every committed revision with its ``batch_id``. This MERGEs the revisions of the
-        batches after ``latest``'s version, tagged with ``revisions``' version: the MERGE
-        replaces only lower revisions, so merging a batch twice changes nothing. The job runs
-        it at every start, before its first micro-batch.
+        leaves ``latest`` behind ``revisions`` (:meth:`~sinks.latest_merge.LatestTable.
+        catch_up`). The job runs it at every start, before its first micro-batch.
 
         Raises:
             DeltaWriteError: reading ``revisions`` or the MERGE failed (a restart retries).
         """
-        app_id = _app_id(query_id)
-        self._merger.flush(raise_error=False)
-        try:
-            revisions = self._table("revisions")
-            have = self._table("latest").transaction_version(app_id)
-            want = revisions.transaction_version(app_id)
-            merged = 0
-            if want is not None and (have is None or have < want):
-                rows = revisions.to_pyarrow_dataset().to_table(
-                    filter=(pc.field("query_id") == query_id)
-                    & (pc.field("batch_id") > (-1 if have is None else have)),
-                )
-                self._merge_latest(rows, app_id, want)
-                merged = rows.num_rows
-        except Exception as e:
-            msg = (
-                f"bringing Delta latest under {self.path!r} up to revisions of query "
-                f"{query_id!r} failed ({type(e).__name__}: {e}); fix the cause and restart"
-            )
-            raise DeltaWriteError(msg) from e
-        # latest holds every batch revisions holds: deferred MERGEs may go on from here.
-        self._merger.clear_error()
-        return merged
-
-    @contextmanager
-    def _merge_errors(self) -> Iterator[None]:
-        """A failed deferred MERGE (:class:`MergeFailed`) raised as :class:`DeltaWriteError`."""
-        try:
-            yield
-        except MergeFailed as e:
-            batches = ", ".join(map(str, e.batch_ids))
-            msg = (
-                f"Delta MERGE into latest of batch {batches} under {self.path!r} failed "
-                f"({type(e.cause).__name__}: {e.cause}); a restart redoes it from revisions"
-            )
-            raise DeltaWriteError(msg) from e.cause
+        return self._latest.catch_up(query_id)
 
     def schema(self, table: str) -> pa.Schema:
         """The Arrow schema this writer gives ``table`` (:func:`arrow_schema`)."""
@@ -534,7 +360,7 @@ class DeltaTables:
 
     def _check_columns(self) -> None:
         """Refuse a root whose ``revisions`` has other columns than this writer's."""
-        have = {f.name for f in self._table("revisions").schema().fields}
+        have = {f.name for f in self._root.table("revisions").schema().fields}
         want = set(self.revision_schema.names)
         if have != want:
             msg = (f"{self.table_path('revisions')} has the columns of other aggregates "
@@ -543,141 +369,9 @@ class DeltaTables:
                    "job another --delta-path")
             raise DeltaSchemaError(msg)
 
-    # ---- helpers ---------------------------------------------------------------------------
-
-    def _table(self, table: str) -> RustDeltaTable:
-        """The table at its newest version (loaded once, then brought up to date)."""
-        from deltalake import DeltaTable
-
-        dt_ = self._tables.get(table)
-        updates = self._updates.get(table, 0)
-        if dt_ is None or updates >= RELOAD_EVERY:
-            dt_ = DeltaTable(self.table_path(table), storage_options=self.storage_options)
-            self._tables[table] = dt_
-            self._updates[table] = 0
-        else:
-            dt_.update_incremental()
-            self._updates[table] = updates + 1
-        return dt_
-
-    def _idempotent(
-        self,
-        table: str,
-        app_id: str,
-        batch_id: int,
-        write: Callable[[RustDeltaTable, CommitProperties, int | None], bool],
-    ) -> float:
-        """Run ``write`` as app transaction ``(app_id, batch_id)`` unless already committed.
-
-        ``write`` gets the table, the commit properties and the table's version of ``app_id``
-        before it (None: none yet), and returns whether it committed anything. Returns the
-        seconds spent, 0.0 when skipped or nothing was written.
-        """
-        from deltalake.exceptions import CommitFailedError
-        from deltalake.transaction import CommitProperties, Transaction
-
-        t0 = time.perf_counter()
-        retries = 0
-        maybe_ours = False  # a write that failed after its commit
-        while True:
-            target = self._table(table)
-            done = target.transaction_version(app_id)
-            if done is not None and done >= batch_id:
-                return time.perf_counter() - t0 if maybe_ours else 0.0
-            props = CommitProperties(app_transactions=[Transaction(app_id, batch_id)])
-            try:
-                return time.perf_counter() - t0 if write(target, props, done) else 0.0
-            except (CommitFailedError, FileNotFoundError) as e:
-                # CommitFailedError: a concurrent commit won (perhaps this very batch, by a
-                # zombie). FileNotFoundError: a log file went away under this writer, which
-                # happens after the commit when its expired-log cleanup races another writer's
-                # (the history compaction's) deleting the same file; seen with a short
-                # delta.logRetentionDuration (bench_delta_log). Either way: re-read; the app
-                # transaction says whether the batch is in.
-                self._tables.pop(table, None)
-                maybe_ours = maybe_ours or isinstance(e, FileNotFoundError)
-                retries += 1
-                if retries == 3:
-                    raise
-
-    def _append(self, table: str, data: pa.Table, app_id: str, batch_id: int) -> float:
-        if data.num_rows == 0:
-            return 0.0
-        return self._append_after(table, lambda _done: data, app_id, batch_id)
-
-    def _append_after(self, table: str, rows_after: Callable[[int | None], pa.Table],
-                      app_id: str, batch_id: int) -> float:
-        """Append ``rows_after(the table's version of app_id)`` as ``(app_id, batch_id)``.
-
-        Nothing is committed when those rows are empty (the staged batches above the table's
-        version had none for it).
-        """
-
-        def write(target: RustDeltaTable, props: CommitProperties, done: int | None) -> bool:
-            from deltalake import write_deltalake
-
-            rows = rows_after(done)
-            if rows.num_rows == 0:
-                return False
-            write_deltalake(target, _conform(rows, self.schema(table)), mode="append",
-                            commit_properties=props)
-            return True
-
-        took = self._idempotent(table, app_id, batch_id, write)
-        if took:
-            self._history.appended(table)
-        return took
-
-    def _merge_deferred(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:
-        """A MERGE of :class:`~sinks.latest_merge.LatestMerger`'s, then :attr:`after_write`."""
-        took = self._merge_latest(revisions, app_id, batch_id)
-        if self.after_write is not None:
-            self.after_write("latest", batch_id)
-        return took
-
-    def _merge_latest(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:
-        if revisions.num_rows == 0:
-            return 0.0
-        source = highest_per_window(_conform(revisions, self.revision_schema))
-        starts = source.column("window_start_ms")
-        lo, hi = pc.min(starts).as_py(), pc.max(starts).as_py()
-        # The range bound lets delta-rs skip files of windows this batch cannot touch.
-        on = " AND ".join(f"t.{c} = s.{c}" for c in LATEST_KEY) + (
-            f" AND t.window_start_ms >= {int(lo)} AND t.window_start_ms <= {int(hi)}"
-        )
-
-        def write(target: RustDeltaTable, props: CommitProperties, _done: int | None) -> bool:
-            (
-                target.merge(
-                    source, predicate=on, source_alias="s", target_alias="t",
-                    commit_properties=props,
-                )
-                .when_matched_delete(predicate="s.revision > t.revision AND s.retracted")
-                .when_matched_update_all(predicate="s.revision > t.revision")
-                .when_not_matched_insert_all(predicate="NOT s.retracted")
-                .execute()
-            )
-            return True
-
-        took = self._idempotent("latest", app_id, batch_id, write)
-        if took:
-            self._merges += 1
-            if self._merges % COMPACT_LATEST_EVERY == 0:
-                self._table("latest").optimize.compact()
-        return took
-
     def version(self, table: str) -> int:
         """The current Delta version of one table."""
-        return int(self._table(table).version())
-
-
-def _nothing() -> float:
-    return 0.0
-
-
-def _app_id(query_id: str) -> str:
-    """The Delta application transaction id of a query's writes."""
-    return f"revise-{query_id}"
+        return int(self._root.table(table).version())
 
 
 def _add_query_id(table: pa.Table, query_id: str) -> pa.Table:
@@ -685,9 +379,3 @@ def _add_query_id(table: pa.Table, query_id: str) -> pa.Table:
         return table
     return table.add_column(0, "query_id",
                             pa.repeat(pa.scalar(query_id, pa.string()), table.num_rows))
-
-
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """The schema's columns, in order, cast to its types (extra columns dropped)."""
-    return table.select(schema.names).cast(schema)
-

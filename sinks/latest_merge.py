@@ -24,29 +24,44 @@ that arrive while it works or rests:
 - A failed MERGE stops the merger: later batches are not merged (``latest``'s app version must
   not pass a batch it does not hold), and :meth:`submit` / :meth:`flush` raise the error. The
   job fails; its next start merges the missing batches from ``revisions``
-  (``DeltaTables.catch_up_latest``), as it does after a crash.
+  (:meth:`LatestTable.catch_up`), as it does after a crash.
 
 Trace (a MERGE takes 1 s, a micro-batch 1 s, rest ratio 3): batch 0 submitted at 0 s → MERGE
 {0} (0–1 s); rest 1–4 s while batches 1–4 arrive; MERGE {1, 2, 3, 4} tagged 4 (4–5 s); rest
 5–8 s…: 3 MERGEs for 9 batches instead of 9, ``latest`` at most 4–5 batches behind.
+
+:class:`LatestTable` owns ``latest``'s writes: the MERGE itself (idempotent, an app
+transaction per batch, :class:`sinks.delta_txn.DeltaRoot`), its merger, the compaction of its
+small files, and the catch-up from ``revisions`` that every job start runs
+(:meth:`LatestTable.catch_up`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from revise.errors import ReviseError
 from revise.vocab import LATEST_KEY
+from sinks.delta_txn import AfterWrite, DeltaRoot, DeltaWriteError, app_id, conform
 
-__all__ = ["MAX_PENDING_BATCHES", "MAX_PENDING_ROWS", "REST_RATIO", "LatestMerger",
-           "MergeFailed", "highest_per_window"]
+if TYPE_CHECKING:
+    from deltalake import DeltaTable as RustDeltaTable
+    from deltalake.transaction import CommitProperties
+
+__all__ = ["COMPACT_LATEST_EVERY", "MAX_PENDING_BATCHES", "MAX_PENDING_ROWS", "REST_RATIO",
+           "LatestMerger", "LatestTable", "MergeFailed", "highest_per_window"]
+
+COMPACT_LATEST_EVERY: Final = 50
+"""Compact ``latest``'s small files after this many MERGEs (each MERGE adds a few files)."""
 
 REST_RATIO: Final = 6.0
 """Rest this many times the last MERGE's duration before the next one. On issue 12's 1M-key
@@ -87,7 +102,7 @@ class LatestMerger:
     """One background thread merging submitted micro-batches into ``latest``, coalesced.
 
     Args:
-        merge: The MERGE itself (``DeltaTables._merge_latest``).
+        merge: The MERGE itself (:meth:`LatestTable.merge`).
         rest_ratio: Rest this many times the last MERGE's duration before the next.
         min_rest_s: Rest at least this long after a MERGE (the job's
             ``--delta-commit-interval``: cheap MERGEs then commit every few seconds, not
@@ -245,6 +260,161 @@ class LatestMerger:
         except BaseException as e:  # noqa: BLE001 - handed to the job's thread
             return took, MergeFailed(tuple(p.batch_id for p in group[done:]), e)
         return took, None
+
+
+class LatestTable:
+    """The writes of ``latest`` under one Delta root: step 3d, in the foreground or deferred.
+
+    Args:
+        root: The Delta root's tables.
+        revision_schema: The schema of ``latest`` (the revisions' columns).
+        after_write: Told after each deferred MERGE with the highest batch it holds.
+        rest_ratio: The merger's rest after a MERGE, in multiples of its duration.
+        min_rest_s: The merger's least rest after a MERGE.
+    """
+
+    def __init__(self, root: DeltaRoot, revision_schema: pa.Schema, *,
+                 after_write: AfterWrite | None, rest_ratio: float = REST_RATIO,
+                 min_rest_s: float = 0.0) -> None:
+        self._root = root
+        self._schema = revision_schema
+        self._after_write = after_write
+        self._merges = 0
+        self._merger = LatestMerger(self._merge_deferred, rest_ratio=rest_ratio,
+                                    min_rest_s=min_rest_s)
+
+    @property
+    def deferred_merges(self) -> int:
+        """Deferred MERGEs so far (each covers one or more micro-batches)."""
+        return self._merger.merges
+
+    def merge(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:
+        """MERGE ``revisions`` into ``latest`` as ``(app_id, batch_id)``; its seconds.
+
+        Keeps only the highest revision per window first: a higher retracted revision deletes
+        the row, a higher one replaces it, a new window is inserted unless retracted; equal or
+        lower revisions change nothing. Every :data:`COMPACT_LATEST_EVERY` MERGEs compact the
+        table's small files.
+        """
+        if revisions.num_rows == 0:
+            return 0.0
+        source = highest_per_window(conform(revisions, self._schema))
+        starts = source.column("window_start_ms")
+        lo, hi = pc.min(starts).as_py(), pc.max(starts).as_py()
+        # The range bound lets delta-rs skip files of windows this batch cannot touch.
+        on = " AND ".join(f"t.{c} = s.{c}" for c in LATEST_KEY) + (
+            f" AND t.window_start_ms >= {int(lo)} AND t.window_start_ms <= {int(hi)}"
+        )
+
+        def write(target: RustDeltaTable, props: CommitProperties, _done: int | None) -> bool:
+            (
+                target.merge(
+                    source, predicate=on, source_alias="s", target_alias="t",
+                    commit_properties=props,
+                )
+                .when_matched_delete(predicate="s.revision > t.revision AND s.retracted")
+                .when_matched_update_all(predicate="s.revision > t.revision")
+                .when_not_matched_insert_all(predicate="NOT s.retracted")
+                .execute()
+            )
+            return True
+
+        took = self._root.write_once("latest", app_id, batch_id, write)
+        if took:
+            self._merges += 1
+            if self._merges % COMPACT_LATEST_EVERY == 0:
+                self._root.table("latest").optimize.compact()
+        return took
+
+    def _merge_deferred(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:
+        """A MERGE of the merger's, then ``after_write``."""
+        took = self.merge(revisions, app_id, batch_id)
+        if self._after_write is not None:
+            self._after_write("latest", batch_id)
+        return took
+
+    def take_seconds(self) -> float:
+        """The seconds of the deferred MERGEs since the last call.
+
+        Raises:
+            DeltaWriteError: a deferred MERGE failed.
+        """
+        with self._errors():
+            self._merger.check()
+        return self._merger.take_seconds()
+
+    def submit(self, app_id: str, batch_id: int, revisions: pa.Table,
+               before: Callable[[], None] | None) -> None:
+        """Queue a batch's MERGE for the background merger (:meth:`LatestMerger.submit`).
+
+        Raises:
+            DeltaWriteError: an earlier deferred MERGE failed.
+        """
+        with self._errors():
+            self._merger.submit(app_id, batch_id, revisions, before)
+
+    def hurry(self) -> None:
+        """Start merging the backlog now (:meth:`LatestMerger.hurry`)."""
+        self._merger.hurry()
+
+    def flush(self, *, raise_error: bool = True) -> float:
+        """Merge the backlog now and wait; the seconds of the MERGEs since the last report.
+
+        Raises:
+            DeltaWriteError: a MERGE failed, unless ``raise_error`` is false.
+        """
+        with self._errors():
+            self._merger.flush(raise_error=raise_error)
+        return self._merger.take_seconds()
+
+    def catch_up(self, query_id: str) -> int:
+        """Bring ``latest`` up to ``revisions`` for ``query_id``; the revisions merged.
+
+        A deferred MERGE lost to a crash or an error leaves ``latest``'s app transaction
+        version behind that of ``revisions``, which holds every committed revision with its
+        ``batch_id``. This MERGEs the revisions of the batches after ``latest``'s version,
+        tagged with ``revisions``' version: the MERGE replaces only lower revisions, so
+        merging a batch twice changes nothing.
+
+        Raises:
+            DeltaWriteError: reading ``revisions`` or the MERGE failed (a restart retries).
+        """
+        app = app_id(query_id)
+        self._merger.flush(raise_error=False)
+        try:
+            revisions = self._root.table("revisions")
+            have = self._root.table("latest").transaction_version(app)
+            want = revisions.transaction_version(app)
+            merged = 0
+            if want is not None and (have is None or have < want):
+                rows = revisions.to_pyarrow_dataset().to_table(
+                    filter=(pc.field("query_id") == query_id)
+                    & (pc.field("batch_id") > (-1 if have is None else have)),
+                )
+                self.merge(rows, app, want)
+                merged = rows.num_rows
+        except Exception as e:
+            msg = (
+                f"bringing Delta latest under {self._root.path!r} up to revisions of query "
+                f"{query_id!r} failed ({type(e).__name__}: {e}); fix the cause and restart"
+            )
+            raise DeltaWriteError(msg) from e
+        # latest holds every batch revisions holds: deferred MERGEs may go on from here.
+        self._merger.clear_error()
+        return merged
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """A failed deferred MERGE (:class:`MergeFailed`) raised as :class:`DeltaWriteError`."""
+        try:
+            yield
+        except MergeFailed as e:
+            batches = ", ".join(map(str, e.batch_ids))
+            msg = (
+                f"Delta MERGE into latest of batch {batches} under {self._root.path!r} failed "
+                f"({type(e.cause).__name__}: {e.cause}); a restart redoes it from revisions"
+            )
+            raise DeltaWriteError(msg) from e.cause
 
 
 def highest_per_window(revisions: pa.Table) -> pa.Table:

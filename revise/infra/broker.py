@@ -11,6 +11,7 @@ State lives in a home folder (``$REVISE_HOME/broker`` by default, ``~/.revise/br
 
     cluster.json       ports, pids, cluster id — what ``status`` prints
     node-<id>/         server.properties, data/ (the log directory), broker.log
+                       (written and started by :mod:`revise.infra.broker_node`)
 
 A node is up while the pid in ``cluster.json`` still runs that node's own command line
 (``kafka.Kafka <home>/node-<id>/server.properties``), so a pid the kernel has since given to
@@ -25,31 +26,29 @@ is up, waits, then SIGKILLs; ``cluster.json`` stays, so the next start reuses po
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import json
 import os
 import signal
-import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from revise.errors import InfraError, SetupError
 from revise.infra import secure as _secure_mod
-from revise.infra.jars import classpath
-from revise.infra.procs import (
-    free_port,
-    java,
-    jvm_options,
-    port_free,
-    runs_command,
-    terminate,
+from revise.infra.broker_node import (
+    BrokerError,
+    BrokerNode,
+    BrokerSetupError,
+    check_writable,
+    launch_node,
+    new_cluster_id,
+    node_args,
+    write_node,
 )
+from revise.infra.procs import free_port, port_free, runs_command, terminate
 
 __all__ = [
     "BrokerCluster", "BrokerError", "default_home", "given_or_embedded", "recorded", "restart_node",
@@ -60,30 +59,11 @@ _READY_TIMEOUT_S = 90.0
 _STOP_TIMEOUT_S = 30.0
 
 
-class BrokerError(InfraError):
-    """The embedded broker cannot be started, reached or stopped."""
-
-
-class BrokerSetupError(BrokerError, SetupError):
-    """The machine lacks what the broker needs (Java, a free port, a writable folder): exit 2."""
-
-
 def default_home() -> Path:
     """``$REVISE_HOME/broker`` or ``~/.revise/broker``."""
     root = os.environ.get("REVISE_HOME")
     base = Path(root).expanduser() if root else Path.home() / ".revise"
     return (base / "broker").resolve()
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerNode:
-    """One Kafka process: broker and controller on two loopback ports."""
-
-    node_id: int
-    port: int
-    controller_port: int
-    pid: int
-    internal_port: int = 0  # secure mode: the broker-to-broker listener
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +87,7 @@ class BrokerCluster:
 
     def node_up(self, node: BrokerNode) -> bool:
         """Whether ``node``'s pid runs that node's Kafka process (not a process with its pid)."""
-        return runs_command(node.pid, _node_args(Path(self.home) / f"node-{node.node_id}"))
+        return runs_command(node.pid, node_args(Path(self.home) / f"node-{node.node_id}"))
 
     def up_nodes(self) -> tuple[BrokerNode, ...]:
         """The nodes whose process runs, in node order."""
@@ -169,107 +149,6 @@ def status(home: Path | None = None) -> BrokerCluster | None:
     """The embedded broker under ``home`` when every node runs; None when none or only some do."""
     cluster = recorded(home)
     return cluster if cluster is not None and cluster.alive() else None
-
-
-def _server_properties(
-    node: BrokerNode, voters: str, data_dir: Path, n_nodes: int, partitions: int,
-    material: _secure_mod.SecureMaterial | None = None,
-) -> str:
-    rf = min(n_nodes, 3)
-    min_isr = 1 if rf == 1 else 2
-    lines = {
-        "process.roles": "broker,controller",
-        "node.id": str(node.node_id),
-        "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "log.dirs": str(data_dir),
-        "num.partitions": str(partitions),
-        "default.replication.factor": str(rf),
-        "min.insync.replicas": str(min_isr),
-        # Internal topics must be satisfiable on this many nodes, or transactions and consumer
-        # groups never become available.
-        "offsets.topic.replication.factor": str(rf),
-        "offsets.topic.num.partitions": "10",
-        "transaction.state.log.replication.factor": str(rf),
-        "transaction.state.log.min.isr": str(min_isr),
-        "transaction.state.log.num.partitions": "10",
-        "share.coordinator.state.topic.replication.factor": str(rf),
-        "share.coordinator.state.topic.min.isr": str(min_isr),
-        "group.initial.rebalance.delay.ms": "0",
-        "auto.create.topics.enable": "true",
-        "log.retention.hours": "168",
-        "log.segment.bytes": str(256 * 1024 * 1024),
-    }
-    if material is not None:
-        lines.update(_secure_mod.listener_properties(
-            material, port=node.port, internal_port=node.internal_port,
-            controller_port=node.controller_port))
-    return "".join(f"{k}={v}\n" for k, v in lines.items())
-
-
-_LOG4J2 = """\
-status = warn
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = FILE
-logger.kafka.name = kafka
-logger.kafka.level = INFO
-logger.state.name = state.change.logger
-logger.state.level = WARN
-"""
-
-
-def _check_writable(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-probe"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        msg = (
-            f"the broker's log directory {path} is not writable ({exc.strerror}); "
-            "pass --home to a folder you can write or fix its permissions"
-        )
-        raise BrokerSetupError(msg) from exc
-
-
-def _run_java(
-    args: list[str], *, log: Path | None = None, heap: str = "1g"
-) -> subprocess.Popen[bytes]:
-    cp = os.pathsep.join(str(p) for p in classpath("kafka"))
-    cmd = [
-        java(), f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-        *jvm_options(), "-cp", cp, *args,
-    ]
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
-    try:
-        return subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    finally:
-        if log:
-            out.close()  # type: ignore[union-attr]
-
-
-def _format(node_dir: Path, cluster_id: str, extra: list[str]) -> None:
-    log = node_dir / "format.log"
-    proc = _run_java(
-        ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
-         str(node_dir / "server.properties"), "--ignore-formatted", *extra],
-        log=log, heap="256m",
-    )
-    if proc.wait(timeout=120) != 0:
-        msg = f"formatting the broker storage failed; see {log}:\n{log.read_text()[-2000:]}"
-        raise BrokerError(msg)
 
 
 def _wait_ready(cluster: BrokerCluster, timeout_s: float) -> None:
@@ -393,17 +272,17 @@ def start(
     if last is not None and up:
         return _start_down_nodes(last, up, nodes=nodes, port=port,
                                  ready_timeout_s=ready_timeout_s)
-    _check_writable(home)
+    check_writable(home)
     previous = _previous(home, nodes, secure)
     plan = _plan_ports(previous, port, nodes)
-    cluster_id = previous.cluster_id if previous else _new_cluster_id()
+    cluster_id = previous.cluster_id if previous else new_cluster_id()
     material = _secure_mod.ensure_material(home) if secure else None
     voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_p, c, _i) in enumerate(plan))
     started: list[BrokerNode] = []
     try:
         for i, (p, c, internal) in enumerate(plan):
             proto = BrokerNode(i + 1, p, c, 0, internal)
-            pid = _start_node(home, proto, voters, nodes, partitions, cluster_id, material)
+            pid = write_node(home, proto, voters, nodes, partitions, cluster_id, material)
             started.append(BrokerNode(i + 1, p, c, pid, internal))
         cluster = BrokerCluster(str(home), cluster_id, tuple(started), secure)
         _state_file(home).write_text(cluster.to_json())
@@ -415,53 +294,6 @@ def start(
             terminate(n.pid, timeout_s=10)
         raise
     return cluster
-
-
-def _start_node(
-    home: Path, node: BrokerNode, voters: str, n_nodes: int, partitions: int, cluster_id: str,
-    material: _secure_mod.SecureMaterial | None,
-) -> int:
-    """Write one node's configuration, format its storage once, start it; its pid."""
-    node_dir = home / f"node-{node.node_id}"
-    data_dir = node_dir / "data"
-    _check_writable(data_dir)
-    props = _server_properties(node, voters, data_dir, n_nodes, partitions, material)
-    if material is not None:
-        # The broker's internal password is in this file: owner only.
-        _secure_mod.write_secret(node_dir / "server.properties", props)
-    else:
-        (node_dir / "server.properties").write_text(props)
-    log = node_dir / "broker.log"
-    (node_dir / "log4j2.properties").write_text(_LOG4J2.format(log=log))
-    if not (data_dir / "meta.properties").is_file():
-        scram = _secure_mod.scram_format_args(material) if material is not None else []
-        _format(node_dir, cluster_id, scram)
-    return _launch_node(node_dir)
-
-
-def _node_args(node_dir: Path) -> list[str]:
-    """The JVM arguments after the classpath that run one node; unique to it (its own folder)."""
-    return [f"-Dlog4j2.configurationFile={node_dir / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={node_dir}",
-            "kafka.Kafka", str(node_dir / "server.properties")]
-
-
-def _launch_node(node_dir: Path) -> int:
-    """Start the Kafka process of one node whose ``server.properties`` exists; returns its pid."""
-    return _run_java(_node_args(node_dir), log=node_dir / "stdout.log").pid
-
-
-def _new_cluster_id() -> str:
-    """A random cluster id as Kafka writes them: 22 url-safe base64 characters.
-
-    Like Kafka's own ``Uuid.randomUuid``, never one starting with ``-``: the storage tool's
-    command line would read it as an option (``--cluster-id: expected one argument``), which
-    failed one broker start in 64.
-    """
-    while True:
-        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not cid.startswith("-"):
-            return cid
 
 
 def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> BrokerCluster | None:
@@ -573,7 +405,7 @@ def _relaunch(
                 "--home"
             )
             raise BrokerSetupError(msg)
-    pids = {n.node_id: _launch_node(home / f"node-{n.node_id}") for n in down}
+    pids = {n.node_id: launch_node(home / f"node-{n.node_id}") for n in down}
     restarted = dataclasses.replace(cluster, nodes=tuple(
         dataclasses.replace(n, pid=pids.get(n.node_id, n.pid)) for n in cluster.nodes))
     _state_file(home).write_text(restarted.to_json())

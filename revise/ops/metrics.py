@@ -9,8 +9,8 @@ Everything here comes from what the driver already holds; nothing is computed pe
 - each committed micro-batch's Arrow tables (:meth:`JobMetrics.observe_batch`): revisions by
   timing and dead letters by reason, counted with one Arrow ``value_counts`` each, too-late
   records, and the open windows the operator reports per shard;
-- each Delta write (:meth:`JobMetrics.delta_written`, the tables' ``after_write`` hook): how
-  far each table trails the changelog.
+- each Delta write (:meth:`JobMetrics.delta_written`, in the ``after_write`` hook the driver
+  gives the Delta tables): how far each table trails the changelog.
 
 Every metric is named ``revise_…`` and labelled ``query_id``; they live in a registry of the
 job's own (two jobs in one process do not clash) served by ``prometheus_client``'s HTTP server

@@ -30,14 +30,14 @@ from revise.spark.output import BatchTables, decode_output
 from revise.spark.rewind import record_done
 from revise.spark.spark_log import batch_offsets, last_committed_batch
 from revise.vocab import TABLE_NAMES
-from sinks.delta_tables import DeltaTables
+from sinks.delta_tables import AfterWrite, DeltaTables
 from sinks.kafka import TransactionalChangelog
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["CRASH_POINTS", "RECENT_PROGRESS", "BatchCommitter", "CrashHook", "JobResult",
-           "OutputHook", "crash_hook_from_env"]
+           "OutputHook", "crash_hook_from_env", "delta_crash_point"]
 
 log = logging.getLogger("revise.job")
 
@@ -142,6 +142,25 @@ STEP_MS_KEPT = 32
 """Batches whose step timings :meth:`BatchCommitter.take_steps` keeps until taken."""
 
 
+def delta_crash_point(crash_hook: CrashHook | None) -> AfterWrite | None:
+    """The ``during_delta`` crash point: after a write to ``revisions`` (step 3a).
+
+    The Delta tables' ``after_write`` (given at their construction), so it fires wherever that
+    write happens: in a batch's step 3, or in a staged commit made between micro-batches, at
+    the stop or at the next start's recovery; ``batch_id`` is the highest batch the write
+    holds. None without a crash hook.
+    """
+    if crash_hook is None:
+        return None
+    hook = crash_hook
+
+    def during_delta(table: str, batch_id: int) -> None:
+        if table == "revisions":
+            hook("during_delta", batch_id)
+
+    return during_delta
+
+
 class BatchCommitter:
     """The ``foreachBatch`` sink: commits each micro-batch exactly once to Kafka and Delta."""
 
@@ -153,6 +172,7 @@ class BatchCommitter:
         result: JobResult,
         crash_hook: CrashHook | None = None,
         bounded: BoundedEnd | None = None,
+        on_output: OutputHook | None = None,
     ) -> None:
         self.cfg = cfg
         self.bounded = bounded
@@ -169,9 +189,8 @@ class BatchCommitter:
         self._pool = (ThreadPoolExecutor(1, thread_name_prefix="revise-commit")
                       if cfg.overlap_commit else None)
         self._pending: Future[None] | None = None
-        self.sinks_lock = threading.Lock()
-        """Held while steps 2-3 write; the driver's staged Delta commits between batches too."""
-        self.on_output: OutputHook | None = None
+        self._sinks_lock = threading.Lock()  # steps 2-3, and the staged commits between them
+        self.on_output = on_output
         """Told each batch's output after step 2, before step 3 (the job's metrics)."""
         self.returned = threading.Event()
         """Set each time a call returns (or raises): Spark records the batch next, and the
@@ -284,7 +303,7 @@ class BatchCommitter:
                collect_s: float) -> None:
         """Steps 2-3 of batch ``batch_id`` and its record in ``sinks-done``."""
         try:
-            with self.sinks_lock:
+            with self._sinks_lock:
                 self._write_sinks(batch_id, out, emitted_at, t0, collect_s)
                 record_done(self.cfg.checkpoint, batch_id)
         except BaseException as exc:
@@ -330,15 +349,22 @@ class BatchCommitter:
         if self.on_output is not None:
             self.on_output(batch_id, out, written)
 
-    def after_delta_write(self, table: str, batch_id: int) -> None:
-        """The ``during_delta`` crash point: after a write to ``revisions`` (step 3a).
+    def commit_due_history(self) -> bool:
+        """Commit the staged Delta history whose interval has passed, unless a batch writes.
 
-        ``DeltaTables.after_write``, so it fires wherever that write happens: in this batch's
-        step 3, or in a staged commit made between micro-batches or at the stop;
-        ``batch_id`` is the highest batch the write holds.
+        The driver's watch loop calls it between micro-batches; it returns False at once while
+        a batch's steps 2-3 run (with ``--overlap-commit``, beside the loop), which commit
+        what is due themselves (:meth:`sinks.delta_tables.DeltaTables.commit_due_history`).
+
+        Raises:
+            DeltaWriteError: the appends failed; the batches stay staged.
         """
-        if table == "revisions":
-            self._crash("during_delta", batch_id)
+        if not self._sinks_lock.acquire(blocking=False):
+            return False
+        try:
+            return self.tables.commit_due_history()
+        finally:
+            self._sinks_lock.release()
 
     def _crash_once_recorded(self, point: str, batch_id: int, wait_s: float = 60.0) -> None:
         """The crash hook at ``point``, once Spark's commit log holds ``batch_id`` (or later)."""

@@ -52,7 +52,14 @@ from revise.ops.metrics import JobMetrics
 from revise.ops.runfile import RunFile, RunInfo
 from revise.spark.advice import retention_note
 from revise.spark.close_all import BoundedEnd
-from revise.spark.committer import BatchCommitter, CrashHook, JobResult, crash_hook_from_env
+from revise.spark.committer import (
+    BatchCommitter,
+    CrashHook,
+    JobResult,
+    OutputHook,
+    crash_hook_from_env,
+    delta_crash_point,
+)
 from revise.spark.failures import JobError, commit_failure
 from revise.spark.output import BatchTables
 from revise.spark.rewind import rewind_unfinished
@@ -60,7 +67,7 @@ from revise.spark.session import long_run_conf, spark_session, sql_setting
 from revise.spark.spark_log import batch_offsets, last_entry
 from revise.spark.stream import build_stream
 from revise.spark.watch import JobDriver, ProgressCallback
-from sinks.delta_tables import DeltaSchemaError, DeltaTables
+from sinks.delta_tables import AfterWrite, DeltaSchemaError, DeltaTables
 from sinks.history_stage import HistoryStage
 from sinks.kafka import (
     ChangelogConfig,
@@ -197,6 +204,8 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
     # An unbounded run's driver takes its heap at start (flat memory for days, issue 11); a
     # bad size in the environment is a configuration error, raised before anything is created.
     driver_conf = None if spark is not None or cfg.once else long_run_conf()
+    crash = crash_hook or crash_hook_from_env()
+    after_write = _after_delta_write(crash, metrics)
     # The transactional producer's open (init_transactions, reading the progress topic: ~0.7 s)
     # runs while Spark starts and analyses the query (seconds): neither needs the other.
     with ThreadPoolExecutor(2, thread_name_prefix="revise-open") as pool:
@@ -204,11 +213,11 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
         prepared: _Prepared | None = None
         try:
             if spark is None:  # Kafka, the checkpoint and Delta checked before Spark starts
-                prepared = _prepare(cfg, pool)
+                prepared = _prepare(cfg, pool, after_write)
                 spark = spark_session(f"revise-{cfg.query_id}", master=master,
                                       extra_conf=driver_conf)
             else:  # a session is up: define the query while they are checked
-                preparing = pool.submit(_prepare, cfg, pool)
+                preparing = pool.submit(_prepare, cfg, pool, after_write)
             control = control_dir(cfg.checkpoint)
             control.mkdir(parents=True, exist_ok=True)
             stream = build_stream(spark, cfg, str(control))  # the shuffle is planned at start
@@ -232,11 +241,8 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
                                      cfg.input_topic)
         if bounded.start_batch(read or {}, logged):
             tables.end_staging()
-    committer = BatchCommitter(cfg, changelog, tables, result,
-                               crash_hook or crash_hook_from_env(), bounded=bounded)
-    tables.after_write = committer.after_delta_write
-    if metrics is not None:
-        _feed_metrics(metrics, committer, tables)
+    committer = BatchCommitter(cfg, changelog, tables, result, crash, bounded=bounded,
+                               on_output=None if metrics is None else _output_to(metrics))
     # A bounded run never needs a micro-batch without input: every one after the input's end
     # reads a close-all command (revise.spark.close_all), and the one that closes is its last.
     # Without this, Spark would start one more as soon as that one moved the watermark, and the
@@ -316,21 +322,29 @@ def _progress_to(metrics: JobMetrics,
     return report
 
 
-def _feed_metrics(metrics: JobMetrics, committer: BatchCommitter, tables: DeltaTables) -> None:
-    """Tell the metrics each batch's output (after Kafka) and each Delta write."""
-    crash_point = tables.after_write
+def _after_delta_write(crash: CrashHook | None, metrics: JobMetrics | None) -> AfterWrite | None:
+    """The Delta tables' ``after_write``: the ``during_delta`` crash point, then the metrics."""
+    crash_point = delta_crash_point(crash)
+    if metrics is None:
+        return crash_point
+    told = metrics
 
     def written(table: str, batch_id: int) -> None:
         if crash_point is not None:
             crash_point(table, batch_id)
-        metrics.delta_written(table, batch_id)
+        told.delta_written(table, batch_id)
+
+    return written
+
+
+def _output_to(metrics: JobMetrics) -> OutputHook:
+    """The committer's ``on_output``: each batch's output (after Kafka) to the metrics."""
 
     def output(batch_id: int, out: BatchTables, kafka: bool) -> None:
         metrics.observe_batch(batch_id, out.revisions, out.late, out.dead,
                               open_windows=out.open_windows, written=kafka)
 
-    tables.after_write = written
-    committer.on_output = output
+    return output
 
 
 def _run_file(cfg: JobConfig) -> RunFile:
@@ -352,8 +366,11 @@ class _Prepared:
     opening: Future[TransactionalChangelog]
 
 
-def _prepare(cfg: JobConfig, pool: ThreadPoolExecutor) -> _Prepared:
+def _prepare(cfg: JobConfig, pool: ThreadPoolExecutor,
+             after_write: AfterWrite | None) -> _Prepared:
     """The start's checks and sinks: preflight, the Delta tables, the producer's open on ``pool``.
+
+    ``after_write`` is the Delta tables' hook after each write (the crash point, the metrics).
 
     Then the input's end offsets (a bounded run) and the recovery of what a crashed run left
     staged or unmerged; the producer opens meanwhile, after the preflight (a run with a
@@ -369,7 +386,8 @@ def _prepare(cfg: JobConfig, pool: ThreadPoolExecutor) -> _Prepared:
         tables = DeltaTables(cfg.delta_path, revision_schema=cfg.revision_schema,
                              stage=_history_stage(cfg),
                              latest_min_rest_s=cfg.delta_commit_interval_ms / 1000,
-                             log_retention_ms=cfg.delta_log_retention_ms).ensure()
+                             log_retention_ms=cfg.delta_log_retention_ms,
+                             after_write=after_write).ensure()
     except DeltaSchemaError as exc:
         raise ConfigError(str(exc)) from None
     note = retention_note(cfg, tables.longest_log_retention_ms)

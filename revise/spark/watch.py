@@ -143,16 +143,11 @@ class JobDriver:
         now = time.monotonic()
         if now < self._history_retry_at:
             return
-        lock = self.committer.sinks_lock
-        if not lock.acquire(blocking=False):  # a batch's writes (--overlap-commit) hold it
-            return
         try:
-            self.committer.tables.commit_due_history()
+            self.committer.commit_due_history()  # nothing while a batch's writes run
         except DeltaWriteError as exc:
             self._history_retry_at = now + HISTORY_RETRY_S
             log.warning("%s (retried in %.0f s)", exc, HISTORY_RETRY_S)
-        finally:
-            lock.release()
 
     def _absorb(self) -> None:
         """Account the progress reports of batches not seen yet.

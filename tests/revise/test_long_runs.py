@@ -105,7 +105,7 @@ def test_the_driver_chooses_the_allocator_before_it_opens_the_delta_tables(monke
     class Opened(Exception):
         pass
 
-    def prepare(cfg, pool):  # where the Delta tables (and so delta-rs) are opened
+    def prepare(cfg, pool, after_write):  # where the Delta tables (and delta-rs) are opened
         calls.append(("prepare", None))
         raise Opened
 

@@ -14,6 +14,7 @@ from revise.query.views import REGISTERED_VIEWS, register_views, table_schema, v
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.vocab import TABLE_NAMES
 from sinks.delta_tables import DeltaTables, DeltaWriteError
+from sinks.latest_merge import LatestTable
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -136,7 +137,7 @@ def test_a_concurrent_writer_of_the_same_batch_loses_cleanly(
     late, dead = frames.late([make_late("a", 3)]), frames.dead([make_dead("{x")])
     successor.write_batch("q", 0, revs, late, dead)
     handed: set[str] = set()
-    fresh = zombie._table
+    fresh = zombie._root.table
 
     def stale_once(table: str):
         if table not in handed:
@@ -144,7 +145,7 @@ def test_a_concurrent_writer_of_the_same_batch_loses_cleanly(
             return stale[table]
         return fresh(table)
 
-    monkeypatch.setattr(zombie, "_table", stale_once)
+    monkeypatch.setattr(zombie._root, "table", stale_once)
     zombie.write_batch("q", 0, revs, late, dead)
     assert handed == {"revisions", "late", "dead_letter", "latest"}  # each began stale
     for t, n in (("revisions", 2), ("latest", 2), ("late", 1), ("dead_letter", 1)):
@@ -228,9 +229,9 @@ def test_spark_writes_merges_reads_and_time_travels_delta(spark, delta_path):
 def test_latest_is_compacted_without_changing_its_rows(
     spark, delta_path, frames, make_revision, monkeypatch,
 ):
-    import sinks.delta_tables as delta_tables
+    import sinks.latest_merge as latest_merge
 
-    monkeypatch.setattr(delta_tables, "COMPACT_LATEST_EVERY", 2)
+    monkeypatch.setattr(latest_merge, "COMPACT_LATEST_EVERY", 2)
     tables = DeltaTables(str(delta_path)).ensure()
     for b in range(4):  # new windows each batch: every MERGE adds a file
         tables.write_batch("q", b, frames.revisions([make_revision(k, b, b + 10_000, 0,
@@ -250,17 +251,17 @@ def test_latest_is_compacted_without_changing_its_rows(
 def test_tables_reopened_from_the_log_keep_replays_skipped_and_rows_whole(
     spark, delta_path, frames, make_revision, make_late, monkeypatch,
 ):
-    import sinks.delta_tables as delta_tables
+    import sinks.delta_txn as delta_txn
 
-    monkeypatch.setattr(delta_tables, "RELOAD_EVERY", 2)  # re-open after 2 incremental updates
+    monkeypatch.setattr(delta_txn, "RELOAD_EVERY", 2)  # re-open after 2 incremental updates
     tables = DeltaTables(str(delta_path)).ensure()
     opened: list[object] = []  # held, so that no two share an id()
     for b in range(7):
         tables.write_batch("q", b, frames.revisions([make_revision(k, 0, 10_000, b, batch_id=b)
                                                      for k in "ab"]),
                            frames.late([make_late("a", b, batch_id=b)]), frames.dead())
-        if not any(t is tables._tables["revisions"] for t in opened):
-            opened.append(tables._tables["revisions"])
+        if not any(t is tables._root._tables["revisions"] for t in opened):
+            opened.append(tables._root._tables["revisions"])
     assert len(opened) >= 3  # the cached table object was replaced, not only updated
     before = _snapshot(spark, tables)
     for b in (6, 5, 2):  # replays after re-opens are still recognised
@@ -374,12 +375,12 @@ def test_a_lost_latest_merge_is_redone_from_revisions_at_start(
     tables.write_batch("q", 0, frames.revisions([r("a", 0, 10_000, 0), r("s", 0, 3_000, 0)]),
                        frames.late(), frames.dead(), defer_latest=True)
     assert tables.flush() > 0
-    real_merge = DeltaTables._merge_latest
+    real_merge = LatestTable.merge
 
     def lost(self, revisions, app_id, batch_id):
         raise OSError("disk gone")
 
-    monkeypatch.setattr(DeltaTables, "_merge_latest", lost)
+    monkeypatch.setattr(LatestTable, "merge", lost)
     tables.write_batch("q", 1, frames.revisions([
         r("a", 0, 10_000, 1, batch_id=1), r("s", 0, 3_000, 1, retracted=True, batch_id=1),
         r("s", 0, 5_000, 2, batch_id=1), r("n", 0, 10_000, 0, batch_id=1),
@@ -388,7 +389,7 @@ def test_a_lost_latest_merge_is_redone_from_revisions_at_start(
         tables.flush()
     with pytest.raises(DeltaWriteError, match="bringing Delta latest under .* failed .*disk gone"):
         tables.catch_up_latest("q")  # a start that cannot write latest fails clearly
-    monkeypatch.setattr(DeltaTables, "_merge_latest", real_merge)
+    monkeypatch.setattr(LatestTable, "merge", real_merge)
     # another query's later revisions in the same root are not this query's to merge
     tables.write_batch("other", 7, frames.revisions([r("z", 0, 10_000, 0, query_id="other",
                                                         batch_id=7)]),
@@ -420,7 +421,7 @@ def test_a_failed_deferred_merge_fails_the_next_batch(
     def lost(self, revisions, app_id, batch_id):
         raise OSError("disk gone")
 
-    monkeypatch.setattr(DeltaTables, "_merge_latest", lost)
+    monkeypatch.setattr(LatestTable, "merge", lost)
     tables.write_batch("q", 0, frames.revisions([make_revision("a")]), frames.late(),
                        frames.dead(), defer_latest=True)
     with pytest.raises(DeltaWriteError, match="batch 0 .*disk gone.*redoes it from revisions"):

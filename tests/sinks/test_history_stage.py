@@ -37,8 +37,8 @@ def batch(rev_table, late_table, dead_table, make_revision, make_late, make_dead
     return make
 
 
-def _tables(delta_path, stage: HistoryStage | None) -> DeltaTables:
-    return DeltaTables(str(delta_path), stage=stage).ensure()
+def _tables(delta_path, stage: HistoryStage | None, after_write=None) -> DeltaTables:
+    return DeltaTables(str(delta_path), stage=stage, after_write=after_write).ensure()
 
 
 def _rows(tables: DeltaTables, name: str) -> list[tuple]:
@@ -51,12 +51,12 @@ def _version(tables: DeltaTables, name: str) -> int | None:
     return DeltaTable(tables.table_path(name)).transaction_version(APP)
 
 
-def _written(tmp_path, delta_path, batch, batches: int):
+def _written(tmp_path, delta_path, batch, batches: int, after_write=None):
     """A 5 s stage and its tables after batches ``0..batches-1``, one second apart: batch 0
     appended at once, the others staged. Returns (clock, stage, tables)."""
     clock = Clock()
     stage = HistoryStage(tmp_path / "stage", 5.0, clock=clock)
-    tables = _tables(delta_path, stage)
+    tables = _tables(delta_path, stage, after_write)
     for b in range(batches):
         clock.now += 1.0 if b else 0.0
         tables.write_batch("q", b, *batch(b))
@@ -126,7 +126,7 @@ def test_a_run_that_dies_with_staged_batches_writes_them_at_the_next_start(
     assert _rows(again, "late") == [(0,), (1,), (2,)]
     assert _version(again, "dead_letter") == 2
     assert again.recover_history("q") == 0  # nothing left: the folder is empty
-    assert _staged(again._stage) == []
+    assert _staged(again._history._stage) == []
 
 
 def test_a_table_that_holds_a_staged_batch_is_not_given_it_again(tmp_path, delta_path, batch):
@@ -135,7 +135,7 @@ def test_a_table_that_holds_a_staged_batch_is_not_given_it_again(tmp_path, delta
     _clock, stage, tables = _written(tmp_path, delta_path, batch, 3)
     # revisions alone got batches 1-2 (as a commit killed after its first table leaves it)
     revs = [b.tables["revisions"] for b in stage.pending]
-    tables._append("revisions", pa.concat_tables(revs), APP, 2)
+    tables._history.append("revisions", pa.concat_tables(revs), APP, 2)
     del tables
 
     clock2 = Clock()
@@ -194,12 +194,13 @@ def test_a_stage_of_another_query_is_refused(tmp_path, delta_path, batch):
 
 def test_staged_batches_are_committed_when_due_without_a_next_batch(tmp_path, delta_path, batch):
     """The job's watch loop commits the last staged batches of an input that went quiet."""
-    clock, stage, tables = _written(tmp_path, delta_path, batch, 2)
     calls: list[tuple[str, int]] = []
-    tables.after_write = lambda table, b: calls.append((table, b))  # the crash hook
+    clock, stage, tables = _written(tmp_path, delta_path, batch, 2,
+                                    lambda table, b: calls.append((table, b)))  # the crash hook
+    calls.clear()
     assert tables.commit_due_history() is False  # 1 s after the last commit: not due
     clock.now += 4.0
-    with tables._history_lock:  # a write_batch holds the stage: it commits, not this call
+    with tables._history.lock:  # a write_batch holds the stage: it commits, not this call
         assert tables.commit_due_history() is False
     assert _version(tables, "revisions") == 0
     assert tables.commit_due_history() is True
@@ -216,15 +217,14 @@ def test_a_table_with_nothing_new_staged_gets_no_commit(
     sees every table's write, with the highest batch each holds."""
     clock = Clock()
     stage = HistoryStage(tmp_path / "stage", 5.0, clock=clock)
-    tables = _tables(delta_path, stage)
     calls: list[tuple[str, int]] = []
-    tables.after_write = lambda table, b: calls.append((table, b))
+    tables = _tables(delta_path, stage, lambda table, b: calls.append((table, b)))
     tables.write_batch("q", 0, *batch(0))  # appended at once
     assert sorted(calls) == [("dead_letter", 0), ("late", 0), ("latest", 0), ("revisions", 0)]
     revs1, late1, _dead1 = batch(1)
     clock.now += 1.0
     tables.write_batch("q", 1, revs1, late1, dead_table([]))  # staged
-    tables._append("late", late1.add_column(0, "query_id", pa.array(["q"])), APP, 1)
+    tables._history.append("late", late1.add_column(0, "query_id", pa.array(["q"])), APP, 1)
     before = {name: tables.version(name) for name in ("late", "dead_letter")}
     calls.clear()
     clock.now += 4.0
