@@ -2,15 +2,16 @@
 
 The public surface (docs/PYTHON.md): :func:`run` runs a job, :func:`read_sql` queries its Delta
 tables, :func:`compare_modes` compares revision and watermark mode, and the config types they
-take (:class:`JobConfig`, :class:`EngineConfig`, :class:`WindowSpec`, :class:`CompareConfig`,
-:class:`GeneratorConfig` …)::
+take (:class:`JobConfig` and its groups, :class:`EngineConfig`, :class:`WindowSpec`,
+:class:`CompareConfig`, :class:`GeneratorConfig` …)::
 
     import revise
-    cfg = revise.JobConfig(bootstrap_servers="localhost:9092", input_topic="events",
-                           changelog_topic="events-changelog", delta_path="/tmp/delta",
-                           checkpoint="/tmp/ckpt", once=True,
-                           engine=revise.EngineConfig(window=revise.WindowSpec.parse("tumbling:10s"),
-                                                      grace_ms=5000, query_id="events"))
+    cfg = revise.JobConfig(
+        kafka=revise.KafkaIO(bootstrap_servers="localhost:9092", input_topic="events",
+                             changelog_topic="events-changelog"),
+        delta=revise.DeltaOutput(path="/tmp/delta"), checkpoint="/tmp/ckpt", once=True,
+        engine=revise.EngineConfig(window=revise.WindowSpec.parse("tumbling:10s"),
+                                   grace_ms=5000, query_id="events"))
     revise.run(cfg)
     revise.read_sql("SELECT * FROM final_windows", "/tmp/delta")
 
@@ -31,9 +32,10 @@ import sys as _sys
 import typing as _typing
 
 __all__ = ["BOUNDED_DELTA_RS_MALLOC_CONF", "DELTA_RS_MALLOC_CONF", "MALLOC_CONF_ENV", "AggList",
-           "CompareConfig", "Comparison", "ConfigError", "EngineConfig", "GeneratorConfig",
-           "JobConfig", "JobResult", "KafkaSettings", "ReviseError", "SweepGrid", "WindowSpec",
-           "allocator_for_run", "compare_modes", "format_comparison", "read_sql", "run"]
+           "CompareConfig", "Comparison", "ConfigError", "DeltaOutput", "EngineConfig",
+           "GeneratorConfig", "InputFields", "JobConfig", "JobResult", "KafkaIO", "KafkaSettings",
+           "ReviseError", "SparkTuning", "SweepGrid", "WindowSpec", "allocator_for_run",
+           "compare_modes", "format_comparison", "read_sql", "run"]
 
 MALLOC_CONF_ENV = "_RJEM_MALLOC_CONF"
 """The environment variable that configures delta-rs's allocator (the jemalloc linked into the
@@ -101,6 +103,10 @@ _LAZY = {
     "compare_modes": ("revise.api", "compare_modes"),
     "format_comparison": ("revise.compare.report", "format_table"),
     "JobConfig": ("revise.jobconfig", "JobConfig"),
+    "KafkaIO": ("revise.jobconfig", "KafkaIO"),
+    "DeltaOutput": ("revise.jobconfig", "DeltaOutput"),
+    "SparkTuning": ("revise.jobconfig", "SparkTuning"),
+    "InputFields": ("revise.jobconfig", "InputFields"),
     "JobResult": ("revise.spark.committer", "JobResult"),
     "EngineConfig": ("revise.config", "EngineConfig"),
     "WindowSpec": ("revise.config", "WindowSpec"),
@@ -125,7 +131,7 @@ if _typing.TYPE_CHECKING:
     from revise.config import EngineConfig, WindowSpec
     from revise.errors import ConfigError, ReviseError
     from revise.generate import GeneratorConfig
-    from revise.jobconfig import JobConfig
+    from revise.jobconfig import DeltaOutput, InputFields, JobConfig, KafkaIO, SparkTuning
     from revise.kafka import KafkaSettings
     from revise.spark.committer import JobResult
 

@@ -57,9 +57,9 @@ def run(
     Example:
         >>> import revise
         >>> cfg = revise.JobConfig(
-        ...     bootstrap_servers="localhost:9092", input_topic="events",
-        ...     changelog_topic="events-changelog", delta_path="/tmp/delta",
-        ...     checkpoint="/tmp/ckpt", once=True,
+        ...     kafka=revise.KafkaIO(bootstrap_servers="localhost:9092", input_topic="events",
+        ...                          changelog_topic="events-changelog"),
+        ...     delta=revise.DeltaOutput(path="/tmp/delta"), checkpoint="/tmp/ckpt", once=True,
         ...     engine=revise.EngineConfig(window=revise.WindowSpec.parse("tumbling:10s"),
         ...                                grace_ms=5000, query_id="events"))
         >>> result = revise.run(cfg)  # doctest: +SKIP

@@ -67,7 +67,14 @@ def run_compare(
         The :class:`Comparison` (also written to ``cfg.output`` and ``<delta>/comparisons``).
     """
     from revise.generate import generate, produce
-    from revise.jobconfig import JobConfig
+    from revise.jobconfig import (
+        DeltaOutput,
+        InputFields,
+        JobConfig,
+        KafkaIO,
+        SparkTuning,
+        parse_ts_format,
+    )
     from revise.spark.driver import run_job
     from revise.spark.session import spark_session
 
@@ -102,13 +109,16 @@ def run_compare(
         topic = source_topic if cfg.rate is None else f"compare-input-{cfg.run_id}-{mode}"
         topics[mode] = topic
         job = JobConfig(
-            bootstrap_servers=cfg.bootstrap_servers, input_topic=topic,
-            changelog_topic=f"compare-{cfg.run_id}-{mode}-changelog",
-            delta_path=f"{cfg.delta_path}/{mode}",
+            kafka=KafkaIO(bootstrap_servers=cfg.bootstrap_servers, input_topic=topic,
+                          changelog_topic=f"compare-{cfg.run_id}-{mode}-changelog",
+                          settings=cfg.kafka),
+            delta=DeltaOutput(path=f"{cfg.delta_path}/{mode}"),
             checkpoint=str(out / "checkpoints" / mode), engine=engine, once=cfg.rate is None,
-            max_records_per_batch=cfg.max_records_per_batch, shards=cfg.shards,
-            trigger_ms=cfg.trigger_ms, kafka=cfg.kafka, key_field=cfg.key_field,
-            ts_field=cfg.ts_field, ts_format=cfg.ts_format, value_field=cfg.value_field,
+            spark=SparkTuning(max_records_per_batch=cfg.max_records_per_batch,
+                              shards=cfg.shards, trigger_ms=cfg.trigger_ms),
+            input=InputFields(key_field=cfg.key_field, ts_field=cfg.ts_field,
+                              ts_format=parse_ts_format(cfg.ts_format),
+                              value_field=cfg.value_field),
         )
         jobs[mode] = job
         t0 = time.monotonic()
