@@ -35,7 +35,8 @@ __all__ = ["BOUNDED_DELTA_RS_MALLOC_CONF", "DELTA_RS_MALLOC_CONF", "MALLOC_CONF_
            "CompareConfig", "Comparison", "ConfigError", "DeltaOutput", "EngineConfig",
            "GeneratorConfig", "InputFields", "JobConfig", "JobResult", "KafkaIO", "KafkaSettings",
            "ReviseError", "SparkTuning", "SweepGrid", "WindowSpec", "allocator_for_run",
-           "compare_modes", "format_comparison", "read_sql", "run"]
+           "compare_modes", "format_comparison", "produce_events", "read_sql", "run",
+           "spark_session"]
 
 MALLOC_CONF_ENV = "_RJEM_MALLOC_CONF"
 """The environment variable that configures delta-rs's allocator (the jemalloc linked into the
@@ -101,7 +102,9 @@ _LAZY = {
     "run": ("revise.api", "run"),
     "read_sql": ("revise.api", "read_sql"),
     "compare_modes": ("revise.api", "compare_modes"),
+    "produce_events": ("revise.api", "produce_events"),
     "format_comparison": ("revise.compare.report", "format_table"),
+    "spark_session": ("revise.spark.session", "spark_session"),
     "JobConfig": ("revise.jobconfig", "JobConfig"),
     "KafkaIO": ("revise.jobconfig", "KafkaIO"),
     "DeltaOutput": ("revise.jobconfig", "DeltaOutput"),
@@ -123,7 +126,7 @@ _LAZY = {
 
 if _typing.TYPE_CHECKING:
     from revise.aggspec import AggList
-    from revise.api import compare_modes, read_sql, run
+    from revise.api import compare_modes, produce_events, read_sql, run
     from revise.compare.config import CompareConfig
     from revise.compare.report import format_table as format_comparison
     from revise.compare.results import Comparison
@@ -134,6 +137,7 @@ if _typing.TYPE_CHECKING:
     from revise.jobconfig import DeltaOutput, InputFields, JobConfig, KafkaIO, SparkTuning
     from revise.kafka import KafkaSettings
     from revise.spark.committer import JobResult
+    from revise.spark.session import spark_session
 
 
 def __getattr__(name: str) -> object:

@@ -18,10 +18,12 @@ if TYPE_CHECKING:
 
     from revise.compare import CompareConfig
     from revise.compare.results import Comparison
+    from revise.generate import EventStream, GeneratorConfig
     from revise.jobconfig import JobConfig
+    from revise.kafka import KafkaSettings
     from revise.spark.committer import JobResult
 
-__all__ = ["compare_modes", "read_sql", "run"]
+__all__ = ["compare_modes", "produce_events", "read_sql", "run"]
 
 Engine = Literal["local", "spark"]
 """Where :func:`read_sql` runs: in-process (delta-rs's DataFusion, no JVM) or on Spark."""
@@ -168,3 +170,45 @@ def compare_modes(
     from revise.compare import run_compare
 
     return run_compare(config, spark=spark, echo=(lambda _line: None) if quiet else print)
+
+
+def produce_events(
+    config: GeneratorConfig,
+    *,
+    bootstrap_servers: str,
+    topic: str,
+    partitions: int | None = None,
+    rate: float | None = None,
+    kafka: KafkaSettings | None = None,
+) -> EventStream:
+    """Generate the seeded out-of-order stream of ``config`` and write it to ``topic``.
+
+    What ``revise generate`` does: the same seed gives the same records (JSON events with
+    ``key``, ``ts`` in epoch ms and ``value``; the late and malformed ones the config asks for),
+    in arrival order, keyed so one key's records stay in one partition.
+
+    Args:
+        config: Events, keys, seed, disorder, late and bad fractions.
+        bootstrap_servers: The Kafka cluster.
+        topic: Created if missing, with ``partitions`` partitions (default 4).
+        partitions: Partitions of a new topic.
+        rate: Records per second; None: as fast as possible.
+        kafka: The client settings (SASL, TLS …); None: plaintext.
+
+    Returns:
+        The stream written (its ``payloads``, ``ts_ms``, ``keys`` in arrival order).
+
+    Example:
+        >>> import revise
+        >>> stream = revise.produce_events(  # doctest: +SKIP
+        ...     revise.GeneratorConfig(events=1200, keys=4, seed=11, late_fraction=0.08),
+        ...     bootstrap_servers="localhost:9092", topic="events", partitions=2)
+        >>> len(stream)  # doctest: +SKIP
+        1200
+    """
+    from revise.generate import generate, produce
+
+    stream = generate(config)
+    produce(stream, bootstrap_servers=bootstrap_servers, topic=topic, rate=rate,
+            partitions=partitions, kafka=kafka)
+    return stream
