@@ -164,7 +164,7 @@ def _stream_of_topic(kafka: KafkaSettings, topic: str) -> EventStream:
 
 # Longer than ~60 lines: one straight sequence (threads, then the runs); see the docstring.
 def _run_at_rate(
-    job: Any,
+    job: JobConfig,
     stream: EventStream,
     rate: float,
     *,
@@ -190,8 +190,8 @@ def _run_at_rate(
         running.wait(timeout=300)
         running.set()
         try:
-            produce(stream, bootstrap_servers=job.bootstrap_servers, topic=job.input_topic,
-                    rate=rate, kafka=job.kafka)
+            produce(stream, bootstrap_servers=job.kafka.bootstrap_servers,
+                    topic=job.kafka.input_topic, rate=rate, kafka=job.kafka.settings)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
             stop.set()
@@ -213,8 +213,8 @@ def _run_at_rate(
 
     # The topic must exist before the job subscribes to it.
     produce(EventStream(stream.keys[:0], stream.ts_ms[:0], stream.values[:0], stream.kind[:0],
-                        []), bootstrap_servers=job.bootstrap_servers, topic=job.input_topic,
-            kafka=job.kafka)
+                        []), bootstrap_servers=job.kafka.bootstrap_servers,
+            topic=job.kafka.input_topic, kafka=job.kafka.settings)
     threads = [threading.Thread(target=producer, daemon=True),
                threading.Thread(target=watcher, daemon=True)]
     for t in threads:

@@ -123,13 +123,13 @@ NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 def shuffle_partitions(spark: SparkSession, cfg: JobConfig) -> int:
     """The stateful operator's partition count for a new checkpoint of ``cfg``.
 
-    The operator groups by shard, so partitions beyond ``cfg.shards`` would only run empty
+    The operator groups by shard, so partitions beyond ``cfg.spark.shards`` would only run empty
     state-store tasks every micro-batch: by default the shard count, capped by the session's
     own setting and, on a local master, by its cores (one stateful task per core: each task
     is a Python call with fixed costs, and on 2 cores 2 tasks instead of 4 made a micro-batch
-    at 1,000 records/s 0.76-0.92x as long, docs/lab/benchmarks-diary.md); ``cfg.shuffle_partitions``
-    when given. Spark records the value in the checkpoint's offset log and reuses it on every
-    restart.
+    at 1,000 records/s 0.76-0.92x as long, docs/lab/benchmarks-diary.md);
+    ``cfg.spark.shuffle_partitions`` when given. Spark records the value in the checkpoint's
+    offset log and reuses it on every restart.
     """
     if cfg.spark.shuffle_partitions is not None:
         return cfg.spark.shuffle_partitions
