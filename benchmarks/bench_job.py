@@ -170,28 +170,29 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
 
 def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[str, Any]:
     from revise.config import EngineConfig, WindowSpec
-    from revise.jobconfig import JobConfig
+    from revise.jobconfig import DeltaOutput, JobConfig, KafkaIO, SparkTuning
     from revise.spark.driver import run_job
     from revise.vocab import Mode
 
     mode: Mode = "watermark" if args.variant.startswith("watermark") else "revision"
     cfg = JobConfig(
-        bootstrap_servers=args.bootstrap, input_topic=args.topic,
-        changelog_topic=f"bench-changelog-{run}", late_topic=f"bench-late-{run}",
-        dead_letter_topic=f"bench-dead-{run}",
-        delta_path=str(work / "delta"), checkpoint=str(work / "checkpoint"),
+        kafka=KafkaIO(bootstrap_servers=args.bootstrap, input_topic=args.topic,
+                      changelog_topic=f"bench-changelog-{run}", late_topic=f"bench-late-{run}",
+                      dead_letter_topic=f"bench-dead-{run}",
+                      transactional=args.variant != "revision-plain"),
+        delta=DeltaOutput(path=str(work / "delta")), checkpoint=str(work / "checkpoint"),
         engine=EngineConfig(window=WindowSpec.parse(args.window), grace_ms=args.grace_ms,
                             mode=mode, query_id=f"bench-{run}"),
-        once=True, max_records_per_batch=args.batch, shards=args.shards,
-        transactional=args.variant != "revision-plain",
-        overlap_commit=args.variant == "revision-overlap",
+        once=True,
+        spark=SparkTuning(max_records_per_batch=args.batch, shards=args.shards,
+                          overlap_commit=args.variant == "revision-overlap"),
     )
     t0 = time.monotonic()
     result = run_job(cfg, spark=spark)
     total = time.monotonic() - t0
     first = result.first_progress or {}
     first_s = (first.get("durationMs") or {}).get("triggerExecution", 0) / 1000
-    data_rows = result.input_records - cfg.shards  # the close-all commands are not input
+    data_rows = result.input_records - cfg.spark.shards  # the close-all commands are not input
     return _batch_figures(list(result.recent_progress), work / "checkpoint") | {
         "variant": args.variant,
         "records": data_rows,

@@ -1,8 +1,24 @@
 """revise: speculative out-of-order windowing with numbered, corrected revisions.
 
+The public surface (docs/PYTHON.md): :func:`run` runs a job, :func:`read_sql` queries its Delta
+tables, :func:`compare_modes` compares revision and watermark mode, and the config types they
+take (:class:`JobConfig` and its groups, :class:`EngineConfig`, :class:`WindowSpec`,
+:class:`CompareConfig`, :class:`GeneratorConfig` …)::
+
+    import revise
+    cfg = revise.JobConfig(
+        kafka=revise.KafkaIO(bootstrap_servers="localhost:9092", input_topic="events",
+                             changelog_topic="events-changelog"),
+        delta=revise.DeltaOutput(path="/tmp/delta"), checkpoint="/tmp/ckpt", once=True,
+        engine=revise.EngineConfig(window=revise.WindowSpec.parse("tumbling:10s"),
+                                   grace_ms=5000, query_id="events"))
+    revise.run(cfg)
+    revise.read_sql("SELECT * FROM final_windows", "/tmp/delta")
+
 The package root imports nothing heavy on purpose (the CLI and the Spark workers import only
-what they use). The pure core lives in :mod:`revise.engine`, :mod:`revise.records`,
-:mod:`revise.config` and :mod:`revise.local`.
+what they use): each public name is loaded on first access (PEP 562 ``__getattr__``), so
+``import revise`` loads neither pyspark nor pandas. The pure core lives in
+:mod:`revise.engine`, :mod:`revise.records`, :mod:`revise.config` and :mod:`revise.local`.
 
 It does one thing on import: it sets the default of :data:`DELTA_RS_MALLOC_CONF` (below),
 which must happen before delta-rs loads, and every process that writes revise's Delta tables
@@ -10,11 +26,17 @@ imports this package first. A bounded run switches that default to
 :data:`BOUNDED_DELTA_RS_MALLOC_CONF` before it loads delta-rs (:func:`allocator_for_run`).
 """
 
+import importlib as _importlib
 import os as _os
 import sys as _sys
+import typing as _typing
 
-__all__ = ["BOUNDED_DELTA_RS_MALLOC_CONF", "DELTA_RS_MALLOC_CONF", "MALLOC_CONF_ENV",
-           "allocator_for_run"]
+__all__ = ["BOUNDED_DELTA_RS_MALLOC_CONF", "DELTA_RS_MALLOC_CONF", "MALLOC_CONF_ENV", "AggList",
+           "CompareConfig", "Comparison", "ConfigError", "DeltaOutput", "EngineConfig",
+           "GeneratorConfig", "InputFields", "JobConfig", "JobResult", "KafkaIO", "KafkaSettings",
+           "ReviseError", "SparkTuning", "SweepGrid", "WindowSpec", "allocator_for_run",
+           "compare_modes", "format_comparison", "produce_events", "read_sql", "run",
+           "spark_session"]
 
 MALLOC_CONF_ENV = "_RJEM_MALLOC_CONF"
 """The environment variable that configures delta-rs's allocator (the jemalloc linked into the
@@ -74,3 +96,61 @@ def allocator_for_run(*, bounded: bool) -> str | None:
     if not _USERS_MALLOC_CONF and "deltalake" not in _sys.modules:
         _set_default(BOUNDED_DELTA_RS_MALLOC_CONF if bounded else DELTA_RS_MALLOC_CONF)
     return _os.environ.get(MALLOC_CONF_ENV)
+
+
+_LAZY = {
+    "run": ("revise.api", "run"),
+    "read_sql": ("revise.api", "read_sql"),
+    "compare_modes": ("revise.api", "compare_modes"),
+    "produce_events": ("revise.api", "produce_events"),
+    "format_comparison": ("revise.compare.report", "format_table"),
+    "spark_session": ("revise.spark.session", "spark_session"),
+    "JobConfig": ("revise.jobconfig", "JobConfig"),
+    "KafkaIO": ("revise.jobconfig", "KafkaIO"),
+    "DeltaOutput": ("revise.jobconfig", "DeltaOutput"),
+    "SparkTuning": ("revise.jobconfig", "SparkTuning"),
+    "InputFields": ("revise.jobconfig", "InputFields"),
+    "JobResult": ("revise.spark.committer", "JobResult"),
+    "EngineConfig": ("revise.config", "EngineConfig"),
+    "WindowSpec": ("revise.config", "WindowSpec"),
+    "AggList": ("revise.aggspec", "AggList"),
+    "KafkaSettings": ("revise.kafka", "KafkaSettings"),
+    "CompareConfig": ("revise.compare.config", "CompareConfig"),
+    "Comparison": ("revise.compare.results", "Comparison"),
+    "SweepGrid": ("revise.compare.sweep", "SweepGrid"),
+    "GeneratorConfig": ("revise.generate", "GeneratorConfig"),
+    "ReviseError": ("revise.errors", "ReviseError"),
+    "ConfigError": ("revise.errors", "ConfigError"),
+}
+"""Public name → (module, attribute), imported on first access by :func:`__getattr__`."""
+
+if _typing.TYPE_CHECKING:
+    from revise.aggspec import AggList
+    from revise.api import compare_modes, produce_events, read_sql, run
+    from revise.compare.config import CompareConfig
+    from revise.compare.report import format_table as format_comparison
+    from revise.compare.results import Comparison
+    from revise.compare.sweep import SweepGrid
+    from revise.config import EngineConfig, WindowSpec
+    from revise.errors import ConfigError, ReviseError
+    from revise.generate import GeneratorConfig
+    from revise.jobconfig import DeltaOutput, InputFields, JobConfig, KafkaIO, SparkTuning
+    from revise.kafka import KafkaSettings
+    from revise.spark.committer import JobResult
+    from revise.spark.session import spark_session
+
+
+def __getattr__(name: str) -> object:
+    """Import a public name's module on first access and keep the name (PEP 562)."""
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        msg = f"module 'revise' has no attribute {name!r}"
+        raise AttributeError(msg) from None
+    value = getattr(_importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

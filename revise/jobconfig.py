@@ -1,14 +1,17 @@
 """The streaming job's configuration: where it reads, where it writes, how it batches.
 
-A frozen, self-validating dataclass built by the CLI (``revise run``) or by code; the engine's
-own settings (window, grace, delay, aggregates, mode, query id) live in
-:class:`revise.config.EngineConfig` inside it.
+A frozen, self-validating dataclass built by the CLI (``revise run``) or by code, made of
+groups that validate themselves: :class:`KafkaIO` (broker, topics, client settings),
+:class:`DeltaOutput` (the tables), :class:`SparkTuning` (micro-batches, shards),
+:class:`InputFields` (where a record holds key, time and value) and the engine's own settings
+(window, grace, delay, aggregates, mode, query id) in :class:`revise.config.EngineConfig`.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal, cast, get_args
 from urllib.parse import urlparse
 
 import pyarrow as pa
@@ -16,14 +19,15 @@ import pyarrow as pa
 from revise.checkpoint import checkpoint_fingerprint
 from revise.config import EngineConfig
 from revise.errors import ConfigError
-from revise.inputspec import InputSpec
+from revise.inputspec import TS_FORMATS, InputSpec, TsFormat
 from revise.kafka import KafkaSettings
 from revise.records import revision_schema
 from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
     "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "EMIT_POLICY_KEY",
-    "STATE_LAYOUT", "STATE_LAYOUT_KEY", "JobConfig", "check_state_layout",
+    "STATE_LAYOUT", "STATE_LAYOUT_KEY", "DeltaOutput", "InputFields", "JobConfig", "KafkaIO",
+    "SparkTuning", "StartingOffsets", "check_state_layout", "parse_ts_format",
 ]
 
 DEFAULT_SHARDS = 8
@@ -83,94 +87,207 @@ longer than that (a big backlog) is appended at once, as before (``sinks.history
 
 _QUERY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
+StartingOffsets = Literal["earliest", "latest"]
+"""Where a new checkpoint starts reading its input topic."""
+
+
+def _required(value: str, name: str) -> None:
+    if not value:
+        flag = "--" + name.replace("_", "-")
+        msg = f"{flag} is required; give it on the command line or as REVISE_{name.upper()}"
+        raise ConfigError(msg)
+
+
+def parse_ts_format(text: str) -> TsFormat:
+    """``--ts-format`` as one of :data:`revise.inputspec.TS_FORMATS` (case and spaces ignored).
+
+    Raises:
+        ConfigError: Not one of them.
+    """
+    value = text.strip().lower()
+    if value not in TS_FORMATS:
+        msg = (f"--ts-format must be one of {', '.join(TS_FORMATS)}, got {text!r}; epoch_ms is "
+               "the default")
+        raise ConfigError(msg)
+    return cast(TsFormat, value)
+
 
 @dataclass(frozen=True, slots=True)
-class JobConfig:
-    """Everything ``revise run`` needs.
+class KafkaIO:
+    """The job's Kafka side: the broker, the topics it reads and writes, the client settings.
 
     Attributes:
         bootstrap_servers: Kafka bootstrap servers (``HOST:PORT[,HOST:PORT…]``).
         input_topic: Topic of JSON events.
         changelog_topic: Topic the revisions are committed to, transactionally.
-        delta_path: Folder (or URI) holding the Delta tables.
-        checkpoint: Spark checkpoint folder (offsets and the engine's state).
-        engine: Window, grace, delay, aggregates, mode, query id and emit policy.
         late_topic: Optional topic of too-late records.
         dead_letter_topic: Optional topic of bad input.
-        trigger_ms: Micro-batch interval; None → back-to-back for ``once``, 500 ms otherwise.
-        max_records_per_batch: Cap on input records per micro-batch (``maxOffsetsPerTrigger``).
-        once: Process what is in the topic at start, close every window, stop.
-        shards: Number of key shards (fixed for the life of a checkpoint).
-        shuffle_partitions: ``spark.sql.shuffle.partitions`` of a new checkpoint (the stateful
-            operator's task count per micro-batch); None: the shard count, at most the
-            session's own setting. Spark keeps a checkpoint's first value on restarts.
-        key_field: JSON field of the key; a dotted path (``payload.user.id``) reads a nested
-            object; several comma-separated fields (``store,region``) group by all of them
-            (the key is then a JSON array text, docs/FIELDS.md).
-        ts_field: Dotted path of the event time, or ``@timestamp`` for the Kafka record's.
-        value_field: Dotted path of the number the bare ``--aggs`` form aggregates.
-        ts_format: How ``ts_field`` holds the time: ``epoch_ms``, ``epoch_s``, ``epoch_us``
-            or ``iso8601`` (with a zone).
         transactional: Exactly-once changelog (True) or a plain at-least-once producer.
-        delta_commit_interval_ms: Least time between two commits of the Delta history tables
-            (``revisions``, ``late``, ``dead_letter``; the micro-batches in between wait in
-            ``<checkpoint>/delta-staged``, ``sinks.history_stage``) and between two MERGEs
-            into ``latest``. 0: every micro-batch.
-        delta_log_retention_ms: How long the four Delta tables keep their log's commit files
-            (``--delta-log-retention``, ``delta.logRetentionDuration``; at least
-            ``sinks.delta_layout.MIN_LOG_RETENTION_MS``), set at start; None leaves each
-            table's own (Delta's default: 30 days). Bounds what each Delta write costs in a
-            run of days, and how far back a time travel reaches.
-        overlap_commit: Write a micro-batch's Kafka transaction and Delta tables while Spark
-            computes the next micro-batch (``--overlap-commit``), not before Spark records it;
-            still exactly once: a start rewinds Spark's record of a batch whose writes a crash
-            cut short (``revise.spark.rewind``). Needs a local or mounted ``--checkpoint``.
         progress_topic: Compacted topic of the changelog's progress markers.
         starting_offsets: Where a new checkpoint starts reading (``earliest``/``latest``).
-        kafka: The user's Kafka client settings (SASL, TLS …) for every Kafka client of the
+        settings: The user's Kafka client settings (SASL, TLS …) for every Kafka client of the
             job; its bootstrap address is ``bootstrap_servers``. Default: none (plaintext).
-        metrics_port: Serve the job's Prometheus metrics at ``/metrics`` on this TCP port
-            (``--metrics-port``, ``revise.ops.metrics``, docs/OPERATIONS.md); None: none.
     """
 
     bootstrap_servers: str
     input_topic: str
     changelog_topic: str
-    delta_path: str
-    checkpoint: str
-    engine: EngineConfig
     late_topic: str | None = None
     dead_letter_topic: str | None = None
+    transactional: bool = True
+    progress_topic: str = "_revise_progress"
+    starting_offsets: StartingOffsets = "earliest"
+    settings: KafkaSettings = field(default_factory=lambda: KafkaSettings(None))
+
+    def __post_init__(self) -> None:
+        for name in ("bootstrap_servers", "input_topic", "changelog_topic"):
+            _required(getattr(self, name), name)
+        if self.starting_offsets not in get_args(StartingOffsets):
+            msg = f"starting offsets must be earliest or latest, got {self.starting_offsets!r}"
+            raise ConfigError(msg)
+        outputs = [t for t in (self.changelog_topic, self.late_topic, self.dead_letter_topic) if t]
+        if self.input_topic in outputs:
+            msg = (
+                f"--input-topic {self.input_topic!r} is also an output topic; "
+                "read from one topic and write to others"
+            )
+            raise ConfigError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaOutput:
+    """The job's Delta tables.
+
+    Attributes:
+        path: Folder (or URI) holding the Delta tables.
+        commit_interval_ms: Least time between two commits of the Delta history tables
+            (``revisions``, ``late``, ``dead_letter``; the micro-batches in between wait in
+            ``<checkpoint>/delta-staged``, ``sinks.history_stage``) and between two MERGEs
+            into ``latest`` (``--delta-commit-interval``). 0: every micro-batch.
+        log_retention_ms: How long the four Delta tables keep their log's commit files
+            (``--delta-log-retention``, ``delta.logRetentionDuration``; at least
+            ``sinks.delta_layout.MIN_LOG_RETENTION_MS``), set at start; None leaves each
+            table's own (Delta's default: 30 days). Bounds what each Delta write costs in a
+            run of days, and how far back a time travel reaches.
+    """
+
+    path: str
+    commit_interval_ms: int = DEFAULT_DELTA_COMMIT_INTERVAL_MS
+    log_retention_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        _required(self.path, "delta_path")
+        if self.commit_interval_ms < 0:
+            msg = f"--delta-commit-interval must be >= 0ms, got {self.commit_interval_ms}ms"
+            raise ConfigError(msg)
+        if self.log_retention_ms is not None and self.log_retention_ms < MIN_LOG_RETENTION_MS:
+            msg = (f"--delta-log-retention must be at least 1m (a reader lists a table's log "
+                   f"before it reads the files), got {self.log_retention_ms}ms")
+            raise ConfigError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class SparkTuning:
+    """How Spark cuts the stream into micro-batches and spreads the keys.
+
+    Attributes:
+        trigger_ms: Micro-batch interval; None → back-to-back for ``once``, 500 ms otherwise.
+        max_records_per_batch: Cap on input records per micro-batch (``maxOffsetsPerTrigger``).
+        shards: Number of key shards (fixed for the life of a checkpoint).
+        shuffle_partitions: ``spark.sql.shuffle.partitions`` of a new checkpoint (the stateful
+            operator's task count per micro-batch); None: the shard count, at most the
+            session's own setting. Spark keeps a checkpoint's first value on restarts.
+        overlap_commit: Write a micro-batch's Kafka transaction and Delta tables while Spark
+            computes the next micro-batch (``--overlap-commit``), not before Spark records it;
+            still exactly once: a start rewinds Spark's record of a batch whose writes a crash
+            cut short (``revise.spark.rewind``). Needs a local or mounted ``--checkpoint``.
+    """
+
     trigger_ms: int | None = None
     max_records_per_batch: int | None = None
-    once: bool = False
     shards: int = DEFAULT_SHARDS
     shuffle_partitions: int | None = None
+    overlap_commit: bool = False
+
+    def __post_init__(self) -> None:
+        if self.shards < 1:
+            msg = f"--shards must be >= 1, got {self.shards}"
+            raise ConfigError(msg)
+        if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
+            msg = f"--shuffle-partitions must be >= 1, got {self.shuffle_partitions}"
+            raise ConfigError(msg)
+        if self.max_records_per_batch is not None and self.max_records_per_batch < 1:
+            msg = f"--max-records-per-batch must be >= 1, got {self.max_records_per_batch}"
+            raise ConfigError(msg)
+        if self.trigger_ms is not None and self.trigger_ms < 0:
+            msg = f"--trigger must be >= 0ms, got {self.trigger_ms}ms"
+            raise ConfigError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class InputFields:
+    """Where a JSON record holds its key, event time and value (docs/FIELDS.md).
+
+    Attributes:
+        key_field: JSON field of the key; a dotted path (``payload.user.id``) reads a nested
+            object; several comma-separated fields (``store,region``) group by all of them
+            (the key is then a JSON array text).
+        ts_field: Dotted path of the event time, or ``@timestamp`` for the Kafka record's.
+        value_field: Dotted path of the number the bare ``--aggs`` form aggregates.
+        ts_format: How ``ts_field`` holds the time: ``epoch_ms``, ``epoch_s``, ``epoch_us``
+            or ``iso8601`` (with a zone).
+    """
+
     key_field: str = "key"
     ts_field: str = "ts"
     value_field: str = "value"
-    ts_format: str = "epoch_ms"
-    transactional: bool = True
-    delta_commit_interval_ms: int = DEFAULT_DELTA_COMMIT_INTERVAL_MS
-    delta_log_retention_ms: int | None = None
-    overlap_commit: bool = False
-    progress_topic: str = "_revise_progress"
-    starting_offsets: str = "earliest"
-    kafka: KafkaSettings = field(default_factory=lambda: KafkaSettings(None))
+    ts_format: TsFormat = "epoch_ms"
+
+    def __post_init__(self) -> None:
+        if self.ts_format not in TS_FORMATS:
+            parse_ts_format(self.ts_format)
+
+
+@dataclass(frozen=True, slots=True)
+class JobConfig:
+    """Everything ``revise run`` needs, in groups.
+
+    Attributes:
+        kafka: Broker, topics and Kafka client settings.
+        delta: The Delta tables' folder and commit cadence.
+        checkpoint: Spark checkpoint folder (offsets and the engine's state).
+        engine: Window, grace, delay, aggregates, mode, query id and emit policy.
+        spark: Micro-batch interval and size, shards, shuffle partitions, overlapped commits.
+        input: Where the key, event time and value are in a record.
+        once: Process what is in the topic at start, close every window, stop.
+        metrics_port: Serve the job's Prometheus metrics at ``/metrics`` on this TCP port
+            (``--metrics-port``, ``revise.ops.metrics``, docs/OPERATIONS.md); None: none.
+
+    Example:
+        >>> cfg = JobConfig(
+        ...     kafka=KafkaIO(bootstrap_servers="localhost:9092", input_topic="events",
+        ...                   changelog_topic="events-changelog"),
+        ...     delta=DeltaOutput(path="/tmp/delta"), checkpoint="/tmp/ckpt",
+        ...     engine=EngineConfig(window=WindowSpec.parse("tumbling:10s"), grace_ms=5000),
+        ...     spark=SparkTuning(shards=2), once=True)
+    """
+
+    kafka: KafkaIO
+    delta: DeltaOutput
+    checkpoint: str
+    engine: EngineConfig
+    spark: SparkTuning = field(default_factory=SparkTuning)
+    input: InputFields = field(default_factory=InputFields)
+    once: bool = False
     metrics_port: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("bootstrap_servers", "input_topic", "changelog_topic", "delta_path",
-                     "checkpoint"):
-            if not getattr(self, name):
-                flag = "--" + name.replace("_", "-")
-                msg = f"{flag} is required; give it on the command line or as REVISE_{name.upper()}"
-                raise ConfigError(msg)
-        aggs = self.engine.aggs
-        if aggs.bare and aggs.value_field != self.value_field.strip():
-            msg = (f"--value-field {self.value_field!r} is not the field the bare --aggs {aggs} "
+        _required(self.checkpoint, "checkpoint")
+        aggs, value_field = self.engine.aggs, self.input.value_field.strip()
+        if aggs.bare and aggs.value_field != value_field:
+            msg = (f"--value-field {value_field!r} is not the field the bare --aggs {aggs} "
                    f"aggregates ({aggs.value_field!r}); build the engine's aggregates with "
-                   f"AggList.parse({str(aggs)!r}, value_field={self.value_field.strip()!r})")
+                   f"AggList.parse({str(aggs)!r}, value_field={value_field!r})")
             raise ConfigError(msg)
         if len(urlparse(self.checkpoint).scheme) > 1:  # one letter: a Windows drive
             msg = (
@@ -187,41 +304,11 @@ class JobConfig:
                 "'.', '_' or '-' (at most 200 characters), starting with a letter or digit"
             )
             raise ConfigError(msg)
-        if self.shards < 1:
-            msg = f"--shards must be >= 1, got {self.shards}"
-            raise ConfigError(msg)
-        if self.shuffle_partitions is not None and self.shuffle_partitions < 1:
-            msg = f"--shuffle-partitions must be >= 1, got {self.shuffle_partitions}"
-            raise ConfigError(msg)
-        if self.max_records_per_batch is not None and self.max_records_per_batch < 1:
-            msg = f"--max-records-per-batch must be >= 1, got {self.max_records_per_batch}"
-            raise ConfigError(msg)
-        if self.delta_commit_interval_ms < 0:
-            msg = f"--delta-commit-interval must be >= 0ms, got {self.delta_commit_interval_ms}ms"
-            raise ConfigError(msg)
-        if (self.delta_log_retention_ms is not None
-                and self.delta_log_retention_ms < MIN_LOG_RETENTION_MS):
-            msg = (f"--delta-log-retention must be at least 1m (a reader lists a table's log "
-                   f"before it reads the files), got {self.delta_log_retention_ms}ms")
-            raise ConfigError(msg)
-        if self.trigger_ms is not None and self.trigger_ms < 0:
-            msg = f"--trigger must be >= 0ms, got {self.trigger_ms}ms"
-            raise ConfigError(msg)
         if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
             msg = (f"--metrics-port must be a TCP port in 1-65535 (Prometheus scrapes a fixed "
                    f"one), got {self.metrics_port}")
             raise ConfigError(msg)
-        if self.starting_offsets not in ("earliest", "latest"):
-            msg = f"starting offsets must be earliest or latest, got {self.starting_offsets!r}"
-            raise ConfigError(msg)
         self.input_spec  # noqa: B018 - validates the field options (ConfigError)
-        outputs = [t for t in (self.changelog_topic, self.late_topic, self.dead_letter_topic) if t]
-        if self.input_topic in outputs:
-            msg = (
-                f"--input-topic {self.input_topic!r} is also an output topic; "
-                "read from one topic and write to others"
-            )
-            raise ConfigError(msg)
 
     @property
     def input_spec(self) -> InputSpec:
@@ -233,8 +320,9 @@ class JobConfig:
             ConfigError: A field option cannot be read (empty path segment, repeated key
                 field, unknown ``--ts-format``).
         """
-        return InputSpec.build(key_field=self.key_field, ts_field=self.ts_field,
-                               ts_format=self.ts_format, aggs=self.engine.aggs)
+        f = self.input
+        return InputSpec.build(key_field=f.key_field, ts_field=f.ts_field,
+                               ts_format=f.ts_format, aggs=self.engine.aggs)
 
     @property
     def revision_schema(self) -> pa.Schema:
@@ -244,7 +332,7 @@ class JobConfig:
     @property
     def kafka_settings(self) -> KafkaSettings:
         """The Kafka client settings with this job's bootstrap address."""
-        return self.kafka.with_bootstrap(self.bootstrap_servers)
+        return self.kafka.settings.with_bootstrap(self.kafka.bootstrap_servers)
 
     @property
     def query_id(self) -> str:
@@ -254,8 +342,8 @@ class JobConfig:
     @property
     def effective_trigger_ms(self) -> int:
         """The micro-batch interval in force: back-to-back for ``once``, else 500 ms by default."""
-        if self.trigger_ms is not None:
-            return self.trigger_ms
+        if self.spark.trigger_ms is not None:
+            return self.spark.trigger_ms
         return 0 if self.once else DEFAULT_TRIGGER_MS
 
     def fingerprint(self) -> dict[str, object]:
@@ -272,17 +360,17 @@ class JobConfig:
         aggs = e.aggs
         out: dict[str, object] = {
             "query_id": e.query_id,
-            "input_topic": self.input_topic,
+            "input_topic": self.kafka.input_topic,
             "window": str(e.window),
             "grace_ms": e.grace_ms,
             "watermark_delay_ms": e.watermark_delay_ms,
             "aggs": list(aggs.columns) if aggs.bare else str(aggs),
             "mode": e.mode,
-            "shards": self.shards,
-            "fields": [self.key_field, self.ts_field, self.value_field],
+            "shards": self.spark.shards,
+            "fields": [self.input.key_field, self.input.ts_field, self.input.value_field],
         }
-        if self.ts_format != "epoch_ms":
-            out["ts_format"] = self.ts_format
+        if self.input.ts_format != "epoch_ms":
+            out["ts_format"] = self.input.ts_format
         out[STATE_LAYOUT_KEY] = STATE_LAYOUT
         if e.emit_policy is not None:  # the state keeps last emitted revisions; not the values
             out[EMIT_POLICY_KEY] = "on"

@@ -25,8 +25,13 @@ from revise.config import parse_mode
 from revise.jobconfig import (
     DEFAULT_DELTA_COMMIT_INTERVAL_MS,
     DEFAULT_SHARDS,
+    DeltaOutput,
+    InputFields,
     JobConfig,
+    KafkaIO,
+    SparkTuning,
     check_state_layout,
+    parse_ts_format,
 )
 from revise.kafka import (
     KafkaSettings,
@@ -107,28 +112,37 @@ def job_config_from_args(args: argparse.Namespace,
         delta_interval = DEFAULT_DELTA_COMMIT_INTERVAL_MS
     checkpoint = absolute_path(args.checkpoint)
     return JobConfig(
-        bootstrap_servers=bootstrap or embedded_bootstrap(args.bootstrap_servers),
-        kafka=kafka or KafkaSettings(None),
-        input_topic=args.input_topic,
-        changelog_topic=args.changelog_topic,
-        late_topic=args.late_topic,
-        dead_letter_topic=args.dead_letter_topic,
-        delta_path=absolute_path(args.delta_path),
+        kafka=KafkaIO(
+            bootstrap_servers=bootstrap or embedded_bootstrap(args.bootstrap_servers),
+            settings=kafka or KafkaSettings(None),
+            input_topic=args.input_topic,
+            changelog_topic=args.changelog_topic,
+            late_topic=args.late_topic,
+            dead_letter_topic=args.dead_letter_topic,
+            transactional=not args.no_transactions,
+        ),
+        delta=DeltaOutput(
+            path=absolute_path(args.delta_path),
+            commit_interval_ms=delta_interval,
+            log_retention_ms=maybe_duration(args.delta_log_retention, "--delta-log-retention"),
+        ),
         checkpoint=checkpoint,
         engine=engine_config(args, mode=parse_mode(args.mode), query_id=args.query_id),
-        trigger_ms=maybe_duration(args.trigger, "--trigger"),
-        max_records_per_batch=maybe_int(args.max_records_per_batch, "--max-records-per-batch"),
+        spark=SparkTuning(
+            trigger_ms=maybe_duration(args.trigger, "--trigger"),
+            max_records_per_batch=maybe_int(args.max_records_per_batch,
+                                            "--max-records-per-batch"),
+            shards=maybe_int(args.shards, "--shards") or DEFAULT_SHARDS,
+            shuffle_partitions=maybe_int(args.shuffle_partitions, "--shuffle-partitions"),
+            overlap_commit=bool(args.overlap_commit),
+        ),
+        input=InputFields(
+            key_field=args.key_field,
+            ts_field=args.ts_field,
+            value_field=args.value_field,
+            ts_format=parse_ts_format(str(args.ts_format)),
+        ),
         once=bool(args.once),
-        shards=maybe_int(args.shards, "--shards") or DEFAULT_SHARDS,
-        shuffle_partitions=maybe_int(args.shuffle_partitions, "--shuffle-partitions"),
-        key_field=args.key_field,
-        ts_field=args.ts_field,
-        value_field=args.value_field,
-        ts_format=str(args.ts_format).strip().lower(),
-        transactional=not args.no_transactions,
-        delta_commit_interval_ms=delta_interval,
-        delta_log_retention_ms=maybe_duration(args.delta_log_retention, "--delta-log-retention"),
-        overlap_commit=bool(args.overlap_commit),
         metrics_port=maybe_int(args.metrics_port, "--metrics-port"),
     )
 
@@ -212,7 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     log.info("query_id=%s mode=%s window=%s grace_ms=%d input=%s once=%s",
              cfg.query_id, cfg.engine.mode, cfg.engine.window, cfg.engine.grace_ms,
-             cfg.input_topic, cfg.once)
+             cfg.kafka.input_topic, cfg.once)
     # run_job runs its preflight (configuration errors, exit 2) before Spark starts.
     timeout_ms = maybe_duration(args.timeout, "--timeout")
     result = run_job(cfg, master=args.master, stop_event=stop, on_progress=progress_logger(start),

@@ -48,7 +48,11 @@ def _fmt_p(p: Percentiles, scale: float = 1000.0, unit: str = "s") -> str:
 
 
 def format_table(c: Comparison) -> str:
-    """The side-by-side table ``revise compare`` prints."""
+    """The side-by-side table ``revise compare`` prints (``revise.format_comparison``).
+
+    Example:
+        >>> print(revise.format_comparison(revise.compare_modes(cfg)))  # doctest: +SKIP
+    """
     r, w = c.modes["revision"], c.modes["watermark"]
     grace = c.grace_ms
     first = c.accuracy_fields[0]

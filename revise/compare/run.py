@@ -66,7 +66,14 @@ def run_compare(
         The :class:`Comparison` (also written to ``cfg.output`` and ``<delta>/comparisons``).
     """
     from revise.generate import generate, produce
-    from revise.jobconfig import JobConfig
+    from revise.jobconfig import (
+        DeltaOutput,
+        InputFields,
+        JobConfig,
+        KafkaIO,
+        SparkTuning,
+        parse_ts_format,
+    )
     from revise.spark.driver import run_job
     from revise.spark.session import spark_session
 
@@ -101,13 +108,16 @@ def run_compare(
         topic = source_topic if cfg.rate is None else f"compare-input-{cfg.run_id}-{mode}"
         topics[mode] = topic
         job = JobConfig(
-            bootstrap_servers=cfg.bootstrap_servers, input_topic=topic,
-            changelog_topic=f"compare-{cfg.run_id}-{mode}-changelog",
-            delta_path=f"{cfg.delta_path}/{mode}",
+            kafka=KafkaIO(bootstrap_servers=cfg.bootstrap_servers, input_topic=topic,
+                          changelog_topic=f"compare-{cfg.run_id}-{mode}-changelog",
+                          settings=cfg.kafka),
+            delta=DeltaOutput(path=f"{cfg.delta_path}/{mode}"),
             checkpoint=str(out / "checkpoints" / mode), engine=engine, once=cfg.rate is None,
-            max_records_per_batch=cfg.max_records_per_batch, shards=cfg.shards,
-            trigger_ms=cfg.trigger_ms, kafka=cfg.kafka, key_field=cfg.key_field,
-            ts_field=cfg.ts_field, ts_format=cfg.ts_format, value_field=cfg.value_field,
+            spark=SparkTuning(max_records_per_batch=cfg.max_records_per_batch,
+                              shards=cfg.shards, trigger_ms=cfg.trigger_ms),
+            input=InputFields(key_field=cfg.key_field, ts_field=cfg.ts_field,
+                              ts_format=parse_ts_format(cfg.ts_format),
+                              value_field=cfg.value_field),
         )
         jobs[mode] = job
         t0 = time.monotonic()
@@ -153,7 +163,7 @@ def _stream_of_topic(kafka: KafkaSettings, topic: str) -> EventStream:
 
 # Longer than ~60 lines: one straight sequence (threads, then the runs); see the docstring.
 def _run_at_rate(
-    job: Any,
+    job: JobConfig,
     stream: EventStream,
     rate: float,
     *,
@@ -179,8 +189,8 @@ def _run_at_rate(
         running.wait(timeout=300)
         running.set()
         try:
-            produce(stream, bootstrap_servers=job.bootstrap_servers, topic=job.input_topic,
-                    rate=rate, kafka=job.kafka)
+            produce(stream, bootstrap_servers=job.kafka.bootstrap_servers,
+                    topic=job.kafka.input_topic, rate=rate, kafka=job.kafka.settings)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
             stop.set()
@@ -202,8 +212,8 @@ def _run_at_rate(
 
     # The topic must exist before the job subscribes to it.
     produce(EventStream(stream.keys[:0], stream.ts_ms[:0], stream.values[:0], stream.kind[:0],
-                        []), bootstrap_servers=job.bootstrap_servers, topic=job.input_topic,
-            kafka=job.kafka)
+                        []), bootstrap_servers=job.kafka.bootstrap_servers,
+            topic=job.kafka.input_topic, kafka=job.kafka.settings)
     threads = [threading.Thread(target=producer, daemon=True),
                threading.Thread(target=watcher, daemon=True)]
     for t in threads:

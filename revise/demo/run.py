@@ -17,7 +17,7 @@ from pathlib import Path
 
 from revise.config import EngineConfig, WindowSpec
 from revise.generate import GeneratorConfig, generate, produce
-from revise.jobconfig import JobConfig
+from revise.jobconfig import DeltaOutput, JobConfig, KafkaIO, SparkTuning
 from revise.kafka import KafkaSettings
 
 __all__ = ["run_demo"]
@@ -78,15 +78,15 @@ def run_demo(
     engine = EngineConfig(window=WindowSpec.parse("tumbling:10s"), grace_ms=5_000,
                           query_id=f"demo-{run}")
     cfg = JobConfig(
-        bootstrap_servers=bootstrap, input_topic=topic,
-        changelog_topic=f"demo-changelog-{run}", late_topic=f"demo-late-{run}",
-        dead_letter_topic=f"demo-dead-letters-{run}",
-        delta_path=str(out / "delta"), checkpoint=str(out / "checkpoint"),
-        engine=engine, once=True, max_records_per_batch=max(1000, events // 4), shards=4,
-        kafka=kafka,
+        kafka=KafkaIO(bootstrap_servers=bootstrap, input_topic=topic,
+                      changelog_topic=f"demo-changelog-{run}", late_topic=f"demo-late-{run}",
+                      dead_letter_topic=f"demo-dead-letters-{run}", settings=kafka),
+        delta=DeltaOutput(path=str(out / "delta")), checkpoint=str(out / "checkpoint"),
+        engine=engine, once=True,
+        spark=SparkTuning(max_records_per_batch=max(1000, events // 4), shards=4),
     )
     print(f"revise run --once --window tumbling:10s --grace 5s --query-id {engine.query_id} "
-          f"--max-records-per-batch {cfg.max_records_per_batch}")
+          f"--max-records-per-batch {cfg.spark.max_records_per_batch}")
     # A run of seconds: the driver JVM's quick C1 compiler alone (57 s -> 43 s for the whole
     # demo here, docs/lab/benchmarks-diary.md, *Start-up*); a long job wants the default, C2.
     spark = spark_session("revise-demo",
@@ -103,7 +103,7 @@ def run_demo(
     _rule("4. what came out")
     from revise.query.views import register_views
 
-    register_views(spark, cfg.delta_path)
+    register_views(spark, cfg.delta.path)
     finals = spark.sql("SELECT count(*) AS n FROM final_windows").collect()[0]["n"]
     timing = {r["timing"]: r["n"] for r in spark.sql(
         "SELECT timing, count(*) AS n FROM revision_history GROUP BY timing").collect()}
@@ -121,7 +121,7 @@ def run_demo(
         print(f"    {r['n']:>4}  {r['reason']}")
 
     _rule("5. exactly-once: the committed changelog vs Delta")
-    msgs = read_committed(bootstrap, cfg.changelog_topic, timeout_s=60,
+    msgs = read_committed(bootstrap, cfg.kafka.changelog_topic, timeout_s=60,
                           client_config=kafka.consumer_conf())
     kafka_ids: Counter[tuple[str, int, int, int]] = Counter()
     for m in msgs:
@@ -163,9 +163,9 @@ def run_demo(
                   f"{r['watermark_ms'] - e:>13}ms {r['batch_id']:>5}")
 
     _rule("7. try it")
-    print(f"Delta tables: {cfg.delta_path}/{{revisions,latest,late,dead_letter}}")
-    print(f"Changelog topic: {cfg.changelog_topic} on {bootstrap}")
+    print(f"Delta tables: {cfg.delta.path}/{{revisions,latest,late,dead_letter}}")
+    print(f"Changelog topic: {cfg.kafka.changelog_topic} on {bootstrap}")
     print(f'revise query "SELECT timing, count(*) FROM revision_history GROUP BY timing" '
-          f"--delta-path {cfg.delta_path}")
+          f"--delta-path {cfg.delta.path}")
     print(f"\n{'OK' if ok else 'FAILED'}: demo finished in {time.monotonic() - t0:.0f}s")
     return 0 if ok else 1

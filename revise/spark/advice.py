@@ -29,13 +29,13 @@ def retention_note(cfg: JobConfig, kept: Callable[[], int | None]) -> str | None
     Delta root is not a local path (object stores were not measured), or no table keeps its
     log longer than a day.
     """
-    if cfg.once or cfg.delta_log_retention_ms is not None or local_path(cfg.delta_path) is None:
+    if cfg.once or cfg.delta.log_retention_ms is not None or local_path(cfg.delta.path) is None:
         return None
     kept_ms = kept()
     if kept_ms is None or kept_ms <= DAY_MS:
         return None
     how_long = log_retention_value(kept_ms).removeprefix("interval ")
-    return (f"the Delta tables under {cfg.delta_path} keep every commit of their log for "
+    return (f"the Delta tables under {cfg.delta.path} keep every commit of their log for "
             f"{how_long}; on a local disk each one kept costs every later Delta "
             "write ~8 us (at one commit per 5 s: ~150 ms a write after a day, ~4 s after 30 "
             "days): --delta-log-retention 1d bounds it, and time travel with it "

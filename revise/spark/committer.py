@@ -187,7 +187,7 @@ class BatchCommitter:
         self._step_lock = threading.Lock()  # foreachBatch's thread adds, the driver's takes
         # --overlap-commit: steps 2-3 of a batch run here while Spark computes the next one.
         self._pool = (ThreadPoolExecutor(1, thread_name_prefix="revise-commit")
-                      if cfg.overlap_commit else None)
+                      if cfg.spark.overlap_commit else None)
         self._pending: Future[None] | None = None
         self._sinks_lock = threading.Lock()  # steps 2-3, and the staged commits between them
         self.on_output = on_output
@@ -263,7 +263,7 @@ class BatchCommitter:
             # 1. compute, collect, decode, stamp; the tasks learn where this batch's input
             # ends (a conditional close-all's condition), and a bounded run whose input is
             # read by this batch writes the close-all the next one reads (revise.spark.close_all)
-            read, control = batch_offsets(self.cfg.checkpoint, batch_id, self.cfg.input_topic)
+            read, control = batch_offsets(self.cfg.checkpoint, batch_id, self.cfg.kafka.input_topic)
             set_input_end(df.sparkSession, read)
             if self.bounded is not None and self.bounded.start_batch(read, control):
                 self.tables.end_staging()  # the close's FINALs: no staging them for the stop

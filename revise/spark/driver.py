@@ -117,8 +117,8 @@ def preflight(cfg: JobConfig) -> None:
     Raises:
         ConfigError: Either check failed (the CLI exits 2).
     """
-    ensure_topics(cfg.bootstrap_servers, cfg.input_topic,
-                  (cfg.changelog_topic, cfg.late_topic, cfg.dead_letter_topic),
+    ensure_topics(cfg.kafka.bootstrap_servers, cfg.kafka.input_topic,
+                  (cfg.kafka.changelog_topic, cfg.kafka.late_topic, cfg.kafka.dead_letter_topic),
                   client_config=cfg.kafka_settings.admin_conf())
     _check_checkpoint(cfg)
 
@@ -130,18 +130,18 @@ NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 def shuffle_partitions(spark: SparkSession, cfg: JobConfig) -> int:
     """The stateful operator's partition count for a new checkpoint of ``cfg``.
 
-    The operator groups by shard, so partitions beyond ``cfg.shards`` would only run empty
+    The operator groups by shard, so partitions beyond ``cfg.spark.shards`` would only run empty
     state-store tasks every micro-batch: by default the shard count, capped by the session's
     own setting and, on a local master, by its cores (one stateful task per core: each task
     is a Python call with fixed costs, and on 2 cores 2 tasks instead of 4 made a micro-batch
-    at 1,000 records/s 0.76-0.92x as long, docs/lab/benchmarks-diary.md); ``cfg.shuffle_partitions``
-    when given. Spark records the value in the checkpoint's offset log and reuses it on every
-    restart.
+    at 1,000 records/s 0.76-0.92x as long, docs/lab/benchmarks-diary.md);
+    ``cfg.spark.shuffle_partitions`` when given. Spark records the value in the checkpoint's
+    offset log and reuses it on every restart.
     """
-    if cfg.shuffle_partitions is not None:
-        return cfg.shuffle_partitions
+    if cfg.spark.shuffle_partitions is not None:
+        return cfg.spark.shuffle_partitions
     session = int(spark.conf.get(SHUFFLE_PARTITIONS, "200") or "200")
-    cap = min(cfg.shards, session)
+    cap = min(cfg.spark.shards, session)
     sc = spark.sparkContext
     if (sc.master or "").startswith("local"):
         cap = min(cap, sc.defaultParallelism)
@@ -233,12 +233,12 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
     result = JobResult(cfg.query_id)
     bounded = None
     if ends is not None:
-        bounded = BoundedEnd(cfg.input_topic, ends, cfg.max_records_per_batch, str(control),
-                             cfg.shards)
+        bounded = BoundedEnd(cfg.kafka.input_topic, ends, cfg.spark.max_records_per_batch,
+                             str(control), cfg.spark.shards)
         # Input that fits in one micro-batch (or no --max-records-per-batch) closes in the
         # first one: the command goes in before the query starts.
         read, logged = batch_offsets(cfg.checkpoint, last_entry(cfg.checkpoint, OFFSETS_LOG),
-                                     cfg.input_topic)
+                                     cfg.kafka.input_topic)
         if bounded.start_batch(read or {}, logged):
             tables.end_staging()
     committer = BatchCommitter(cfg, changelog, tables, result, crash, bounded=bounded,
@@ -306,7 +306,7 @@ def _job_metrics(cfg: JobConfig) -> JobMetrics | None:
     if cfg.metrics_port is None:
         return None
     e = cfg.engine
-    return JobMetrics(cfg.query_id, cfg.input_topic, port=cfg.metrics_port,
+    return JobMetrics(cfg.query_id, cfg.kafka.input_topic, port=cfg.metrics_port,
                       labels={"mode": e.mode, "window": str(e.window)}).start()
 
 
@@ -351,9 +351,9 @@ def _run_file(cfg: JobConfig) -> RunFile:
     """The job's run file in its checkpoint (:mod:`revise.ops.runfile`), written and beating."""
     return RunFile(cfg.checkpoint, RunInfo(
         query_id=cfg.query_id, state="running", pid=0, host="", started_ms=0, heartbeat_ms=0,
-        bootstrap_servers=cfg.bootstrap_servers, input_topic=cfg.input_topic,
-        changelog_topic=cfg.changelog_topic, progress_topic=cfg.progress_topic,
-        delta_path=cfg.delta_path, metrics_port=cfg.metrics_port, once=cfg.once,
+        bootstrap_servers=cfg.kafka.bootstrap_servers, input_topic=cfg.kafka.input_topic,
+        changelog_topic=cfg.kafka.changelog_topic, progress_topic=cfg.kafka.progress_topic,
+        delta_path=cfg.delta.path, metrics_port=cfg.metrics_port, once=cfg.once,
     )).start()
 
 
@@ -383,10 +383,10 @@ def _prepare(cfg: JobConfig, pool: ThreadPoolExecutor,
     preflight(cfg)
     kafka = cfg.kafka_settings
     try:
-        tables = DeltaTables(cfg.delta_path, revision_schema=cfg.revision_schema,
+        tables = DeltaTables(cfg.delta.path, revision_schema=cfg.revision_schema,
                              stage=_history_stage(cfg),
-                             latest_min_rest_s=cfg.delta_commit_interval_ms / 1000,
-                             log_retention_ms=cfg.delta_log_retention_ms,
+                             latest_min_rest_s=cfg.delta.commit_interval_ms / 1000,
+                             log_retention_ms=cfg.delta.log_retention_ms,
                              after_write=after_write).ensure()
     except DeltaSchemaError as exc:
         raise ConfigError(str(exc)) from None
@@ -395,7 +395,7 @@ def _prepare(cfg: JobConfig, pool: ThreadPoolExecutor,
         log.info(note)
     opening = pool.submit(_changelog(cfg).open)
     try:
-        ends = (end_offsets(cfg.bootstrap_servers, cfg.input_topic,
+        ends = (end_offsets(cfg.kafka.bootstrap_servers, cfg.kafka.input_topic,
                             client_config=kafka.consumer_conf()) if cfg.once else None)
         _recover_history(tables, cfg.query_id)
         _catch_up_latest(tables, cfg.query_id)
@@ -408,13 +408,13 @@ def _prepare(cfg: JobConfig, pool: ThreadPoolExecutor,
 def _changelog(cfg: JobConfig) -> TransactionalChangelog:
     kafka = cfg.kafka_settings
     return TransactionalChangelog(ChangelogConfig(
-        bootstrap_servers=cfg.bootstrap_servers,
+        bootstrap_servers=cfg.kafka.bootstrap_servers,
         query_id=cfg.query_id,
-        changelog_topic=cfg.changelog_topic,
-        late_topic=cfg.late_topic,
-        dead_letter_topic=cfg.dead_letter_topic,
-        progress_topic=cfg.progress_topic,
-        transactional=cfg.transactional,
+        changelog_topic=cfg.kafka.changelog_topic,
+        late_topic=cfg.kafka.late_topic,
+        dead_letter_topic=cfg.kafka.dead_letter_topic,
+        progress_topic=cfg.kafka.progress_topic,
+        transactional=cfg.kafka.transactional,
         producer_config=kafka.producer_conf(),
         consumer_config=kafka.consumer_conf(),
         admin_config=kafka.admin_conf(),
@@ -424,7 +424,7 @@ def _changelog(cfg: JobConfig) -> TransactionalChangelog:
 
 
 def _history_stage(cfg: JobConfig) -> HistoryStage:
-    return HistoryStage(stage_dir(cfg.checkpoint), cfg.delta_commit_interval_ms / 1000)
+    return HistoryStage(stage_dir(cfg.checkpoint), cfg.delta.commit_interval_ms / 1000)
 
 
 def _recover_history(tables: DeltaTables, query_id: str) -> None:

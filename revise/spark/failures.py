@@ -87,11 +87,11 @@ def _disk_full_hint(cfg: JobConfig, text: str) -> str | None:
     if "No space left on device" not in text:
         return None
     full = []
-    for flag, path in (("--checkpoint", cfg.checkpoint), ("--delta-path", cfg.delta_path)):
+    for flag, path in (("--checkpoint", cfg.checkpoint), ("--delta-path", cfg.delta.path)):
         with contextlib.suppress(OSError):
             if shutil.disk_usage(path).free < _LOW_SPACE_BYTES:
                 full.append(f"{flag} {path}")
-    where = " and ".join(full) or f"--checkpoint {cfg.checkpoint} or --delta-path {cfg.delta_path}"
+    where = " and ".join(full) or f"--checkpoint {cfg.checkpoint} or --delta-path {cfg.delta.path}"
     return (
         f"no space left on the filesystem of {where} (< 16 MiB free); the running micro-batch "
         "was not committed: free space there and restart, the batch is redone"
@@ -112,12 +112,12 @@ def failure_message(cfg: JobConfig, text: str) -> str:
     if access is not None:
         return access
     gone = "UnknownTopicOrPartition" in text or topic_exists(
-        cfg.bootstrap_servers, cfg.input_topic,
+        cfg.kafka.bootstrap_servers, cfg.kafka.input_topic,
         client_config=cfg.kafka_settings.admin_conf()) is False
     if gone:
         return (
-            f"--input-topic {cfg.input_topic!r} was deleted (or lost partitions) while the job "
-            f"ran ({first}); every committed micro-batch is intact and the uncommitted one is "
+            f"--input-topic {cfg.kafka.input_topic!r} was deleted (or lost partitions) while the "
+            f"job ran ({first}); every committed micro-batch is intact and the uncommitted one is "
             "redone on restart: restore the topic with its records (same partitions and "
             "offsets) and restart, or start over with a new --checkpoint and --query-id"
         )

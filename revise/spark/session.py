@@ -129,6 +129,10 @@ def spark_session(
     Raises:
         ConfigError: ``$REVISE_JVM_OPTIONS`` is not a list of options.
         InfraError: The driver JVM did not start (its output on the command's log file).
+
+    Example:
+        >>> spark = revise.spark_session("my-notebook", ui=False)  # doctest: +SKIP
+        >>> revise.run(cfg, spark=spark)  # doctest: +SKIP
     """
     # Python workers must run this interpreter (with pyarrow, numpy and revise), not whatever
     # python3 is first on PATH.

@@ -46,7 +46,7 @@ def kafka_input(reader: Reader, cfg: JobConfig) -> Reader:
     return (
         reader.format("kafka")
         .options(**cfg.kafka_settings.spark_source_options())
-        .option("subscribe", cfg.input_topic)
+        .option("subscribe", cfg.kafka.input_topic)
         .option("kafka.isolation.level", "read_committed")
     )
 
@@ -65,19 +65,19 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
 
     reader = (
         kafka_input(spark.readStream, cfg)
-        .option("startingOffsets", cfg.starting_offsets)
+        .option("startingOffsets", cfg.kafka.starting_offsets)
         .option("failOnDataLoss", "true")
         .option("includeHeaders", "false")
     )
-    if cfg.max_records_per_batch:
-        reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_records_per_batch))
+    if cfg.spark.max_records_per_batch:
+        reader = reader.option("maxOffsetsPerTrigger", str(cfg.spark.max_records_per_batch))
     fields = input_columns(cfg)
     data = parsed_input(reader.load(), cfg).select(
         "key", "ts_ms", *fields.names, "partition", "offset", "reason",
         F.when(F.col("reason").isNotNull(), F.col("raw_value")).alias("raw_value"),
         F.lit(None).cast(T.StringType()).alias("command"),
-        F.when(F.col("reason").isNull(), F.pmod(F.xxhash64(F.col("key")), F.lit(cfg.shards)))
-        .otherwise(F.pmod(F.col("offset"), F.lit(cfg.shards)))
+        F.when(F.col("reason").isNull(), F.pmod(F.xxhash64(F.col("key")), F.lit(cfg.spark.shards)))
+        .otherwise(F.pmod(F.col("offset"), F.lit(cfg.spark.shards)))
         .cast(T.IntegerType()).alias("shard"),
     )
     control = (
@@ -106,7 +106,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         .withWatermark("event_time", f"{cfg.engine.watermark_delay_ms} milliseconds")
     )
     shards = _keep_late_rows(events, cfg.engine.watermark_delay_ms).groupBy("shard")
-    processor = ShardProcessor(cfg.engine, cfg.input_topic, fields,
+    processor = ShardProcessor(cfg.engine, cfg.kafka.input_topic, fields,
                                token=f"{cfg.query_id}@{cfg.checkpoint}")
     return shards.transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=output_type(), outputMode="Update",

@@ -61,7 +61,7 @@ def query_run(
     """One real run (late and bad records included) shared by the query tests of both engines."""
     from revise.config import EngineConfig, WindowSpec
     from revise.generate import GeneratorConfig, generate, produce
-    from revise.jobconfig import JobConfig
+    from revise.jobconfig import DeltaOutput, JobConfig, KafkaIO, SparkTuning
     from revise.spark.driver import run_job
 
     tmp = tmp_path_factory.mktemp("query")
@@ -70,13 +70,14 @@ def query_run(
                                       late_fraction=0.1, late_by_ms=2000, bad_fraction=0.03))
     produce(stream, bootstrap_servers=kafka_bootstrap, topic=topic, partitions=2)
     cfg = JobConfig(
-        bootstrap_servers=kafka_bootstrap, input_topic=topic,
-        changelog_topic=f"{topic}-changelog", delta_path=str(tmp / "delta"),
+        kafka=KafkaIO(bootstrap_servers=kafka_bootstrap, input_topic=topic,
+                      changelog_topic=f"{topic}-changelog"),
+        delta=DeltaOutput(path=str(tmp / "delta")),
         checkpoint=str(tmp / "ckpt"),
         engine=EngineConfig(window=WindowSpec.parse("tumbling:1s"), grace_ms=500,
                             query_id=f"q-{uuid.uuid4().hex[:8]}"),
-        once=True, max_records_per_batch=100, shards=2,
+        once=True, spark=SparkTuning(max_records_per_batch=100, shards=2),
     )
     result = run_job(cfg, spark=spark, timeout_s=240)
     assert result.revisions > 0 and result.late > 0 and result.dead_letters > 0
-    return QueryRun(cfg.delta_path, cfg.engine.query_id, result.revisions, result.late)
+    return QueryRun(cfg.delta.path, cfg.engine.query_id, result.revisions, result.late)

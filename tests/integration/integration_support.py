@@ -27,7 +27,14 @@ from input_records import Input, InputRecord, Parser, parse_good, parse_plain, r
 from revise.aggspec import AggList
 from revise.checkpoint import COMMITS_LOG, OFFSETS_LOG, SOURCES_DIR, spark_dir, spark_log_dir
 from revise.config import EngineConfig, WindowSpec
-from revise.jobconfig import JobConfig
+from revise.jobconfig import (
+    DeltaOutput,
+    InputFields,
+    JobConfig,
+    KafkaIO,
+    SparkTuning,
+    parse_ts_format,
+)
 from revise.records import revision_schema
 from sinks.kafka import (
     decode_dead_letter,
@@ -102,12 +109,15 @@ class JobSetup:
 
     def job_config(self) -> JobConfig:
         return JobConfig(
-            bootstrap_servers=self.bootstrap, input_topic=self.input_topic,
-            changelog_topic=self.changelog_topic, late_topic=self.late_topic,
-            dead_letter_topic=self.dead_letter_topic, delta_path=self.delta_path,
-            checkpoint=self.checkpoint, engine=self.engine_config(),
-            max_records_per_batch=self.max_records_per_batch, once=True, shards=self.shards,
-            key_field=self.key_field, ts_field=self.ts_field, ts_format=self.ts_format,
+            kafka=KafkaIO(bootstrap_servers=self.bootstrap, input_topic=self.input_topic,
+                          changelog_topic=self.changelog_topic, late_topic=self.late_topic,
+                          dead_letter_topic=self.dead_letter_topic),
+            delta=DeltaOutput(path=self.delta_path),
+            checkpoint=self.checkpoint, engine=self.engine_config(), once=True,
+            spark=SparkTuning(max_records_per_batch=self.max_records_per_batch,
+                              shards=self.shards),
+            input=InputFields(key_field=self.key_field, ts_field=self.ts_field,
+                              ts_format=parse_ts_format(self.ts_format)),
         )
 
     def cli_args(self) -> list[str]:

@@ -337,7 +337,9 @@ def test_job_gives_the_same_revisions_on_the_cluster_and_locally(
         delta_path=str(on_cluster.workdir / "local" / "delta"),
         checkpoint=str(on_cluster.workdir / "local" / "checkpoint"),
     )
-    cfg = dataclasses.replace(local.job_config(), progress_topic=unique_id("progress"))
+    job = local.job_config()
+    cfg = dataclasses.replace(job, kafka=dataclasses.replace(job.kafka,
+                                                             progress_topic=unique_id("progress")))
     spark = request.getfixturevalue("spark")  # only now: one Spark driver at a time
     assert spark.sparkContext.master.startswith("local")
     run_job(cfg, spark=spark, timeout_s=600)

@@ -138,7 +138,9 @@ def test_the_committer_hands_the_batchs_input_end_to_its_tasks_and_writes_the_cl
     out = BatchTables(_revisions(0, 1, "k"), LATE_SCHEMA.empty_table(),
                       DEAD_LETTER_SCHEMA.empty_table())
     monkeypatch.setattr(committer_module, "decode_output", lambda _collected, _schema: out)
-    cfg = dataclasses.replace(config(), checkpoint=str(tmp_path / "ckpt"), input_topic="in")
+    base = config()
+    cfg = dataclasses.replace(base, checkpoint=str(tmp_path / "ckpt"),
+                              kafka=dataclasses.replace(base.kafka, input_topic="in"))
     _offset_log(tmp_path / "ckpt", 0, '{"in":{"0":300}}', "-")
     control = tmp_path / "control"
     control.mkdir()

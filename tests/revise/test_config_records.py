@@ -224,9 +224,9 @@ def test_shuffle_partitions_come_from_the_command_line_and_must_be_positive():
     base = ["run", "--bootstrap-servers", "127.0.0.1:1", "--input-topic", "in",
             "--changelog-topic", "out", "--delta-path", "/tmp/d", "--checkpoint", "/tmp/c",
             "--query-id", "q1", "--window", "tumbling:10s", "--grace", "1s"]
-    assert job_config_from_args(parser.parse_args(base)).shuffle_partitions is None
+    assert job_config_from_args(parser.parse_args(base)).spark.shuffle_partitions is None
     got = job_config_from_args(parser.parse_args([*base, "--shuffle-partitions", "3"]))
-    assert got.shuffle_partitions == 3
+    assert got.spark.shuffle_partitions == 3
     with pytest.raises(ConfigError, match="--shuffle-partitions must be >= 1, got 0"):
         job_config_from_args(parser.parse_args([*base, "--shuffle-partitions", "0"]))
 
@@ -244,14 +244,15 @@ def test_shuffle_partitions_come_from_the_command_line_and_must_be_positive():
 def test_the_jobs_stateful_task_count(master, cores, session, shards, given, expected):
     from types import SimpleNamespace
 
-    from revise.jobconfig import JobConfig
+    from revise.jobconfig import JobConfig, SparkTuning
     from revise.spark.driver import shuffle_partitions
 
     spark = SimpleNamespace(
         conf=SimpleNamespace(get=lambda _key, _default: str(session)),
         sparkContext=SimpleNamespace(master=master, defaultParallelism=cores),
     )
-    cfg = SimpleNamespace(shuffle_partitions=given, shards=shards)
-    assert JobConfig.__dataclass_fields__["shards"]  # the fields the function reads exist
-    assert JobConfig.__dataclass_fields__["shuffle_partitions"]
+    cfg = SimpleNamespace(spark=SimpleNamespace(shuffle_partitions=given, shards=shards))
+    assert JobConfig.__dataclass_fields__["spark"]  # the fields the function reads exist
+    assert SparkTuning.__dataclass_fields__["shards"]
+    assert SparkTuning.__dataclass_fields__["shuffle_partitions"]
     assert shuffle_partitions(spark, cfg) == expected  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from revise.config import EngineConfig, WindowSpec
-from revise.jobconfig import JobConfig
+from revise.jobconfig import DeltaOutput, JobConfig, KafkaIO
 from revise.kafka.redact import Redactor
 from revise.kafka.settings import KafkaSettings
 from revise.spark.failures import (
@@ -52,10 +52,11 @@ def test_root_cause_is_the_innermost_cause_else_the_first_line():
 
 def _cfg(tmp_path: Path, secret: str) -> JobConfig:
     kafka = KafkaSettings(None, redactor=Redactor.of([secret]))
-    return JobConfig(bootstrap_servers="127.0.0.1:1", input_topic="in", changelog_topic="out",
-                     delta_path=str(tmp_path / "d"), checkpoint=str(tmp_path / "c"),
+    return JobConfig(kafka=KafkaIO(bootstrap_servers="127.0.0.1:1", input_topic="in",
+                                   changelog_topic="out", settings=kafka),
+                     delta=DeltaOutput(path=str(tmp_path / "d")), checkpoint=str(tmp_path / "c"),
                      engine=EngineConfig(window=WindowSpec.parse("tumbling:10s"), grace_ms=0,
-                                         query_id="q"), kafka=kafka)
+                                         query_id="q"))
 
 
 def test_kafka_access_lost_mid_run_is_explained_with_the_fix(tmp_path: Path):

@@ -133,35 +133,35 @@ def test_trigger_defaults_to_500ms_unbounded_back_to_back_once_and_the_option_wi
 
 
 def test_overlap_commit_is_off_by_default_and_not_tied_to_the_checkpoint():
-    assert config().overlap_commit is False
+    assert config().spark.overlap_commit is False
     on = config("--overlap-commit")
-    assert on.overlap_commit is True
+    assert on.spark.overlap_commit is True
     # A restart may switch it either way: the start rewinds what an overlapped run left.
     assert on.fingerprint() == config().fingerprint()
 
 
 def test_delta_commit_interval_defaults_to_5s_and_reads_the_option_and_environment(
         monkeypatch):
-    assert config().delta_commit_interval_ms == 5000
-    assert config("--delta-commit-interval", "0s").delta_commit_interval_ms == 0
+    assert config().delta.commit_interval_ms == 5000
+    assert config("--delta-commit-interval", "0s").delta.commit_interval_ms == 0
     monkeypatch.setenv("REVISE_DELTA_COMMIT_INTERVAL", "30s")
-    assert config().delta_commit_interval_ms == 30_000
-    assert config("--delta-commit-interval", "1m").delta_commit_interval_ms == 60_000
+    assert config().delta.commit_interval_ms == 30_000
+    assert config("--delta-commit-interval", "1m").delta.commit_interval_ms == 60_000
     # Not part of the checkpoint's fingerprint: a restart may change it.
     assert "delta_commit_interval_ms" not in config("--delta-commit-interval", "1m").fingerprint()
     import dataclasses
 
     with pytest.raises(ConfigError, match="--delta-commit-interval must be >= 0ms"):
-        dataclasses.replace(config(), delta_commit_interval_ms=-1)
+        dataclasses.replace(config().delta, commit_interval_ms=-1)
 
 
 def test_delta_log_retention_is_unset_by_default_and_reads_the_option_and_environment(
         monkeypatch):
-    assert config().delta_log_retention_ms is None  # each table keeps its own
-    assert config("--delta-log-retention", "1d").delta_log_retention_ms == 86_400_000
+    assert config().delta.log_retention_ms is None  # each table keeps its own
+    assert config("--delta-log-retention", "1d").delta.log_retention_ms == 86_400_000
     monkeypatch.setenv("REVISE_DELTA_LOG_RETENTION", "6h")
-    assert config().delta_log_retention_ms == 21_600_000
-    assert config("--delta-log-retention", "1m").delta_log_retention_ms == 60_000
+    assert config().delta.log_retention_ms == 21_600_000
+    assert config("--delta-log-retention", "1m").delta.log_retention_ms == 60_000
     # Not part of the checkpoint's fingerprint: a restart may change it.
     assert config("--delta-log-retention", "2d").fingerprint() == config().fingerprint()
     with pytest.raises(ConfigError, match="--delta-log-retention must be at least 1m"):

@@ -97,7 +97,7 @@ def test_a_child_tells_revises_value_from_the_users():
 def test_the_driver_chooses_the_allocator_before_it_opens_the_delta_tables(monkeypatch, tmp_path,
                                                                           once):
     from revise.config import EngineConfig, WindowSpec
-    from revise.jobconfig import JobConfig
+    from revise.jobconfig import DeltaOutput, JobConfig, KafkaIO
     from revise.spark import driver
 
     calls: list[tuple[str, bool | None]] = []
@@ -113,8 +113,10 @@ def test_the_driver_chooses_the_allocator_before_it_opens_the_delta_tables(monke
                         lambda *, bounded: calls.append(("allocator", bounded)))
     monkeypatch.setattr(driver, "_prepare", prepare)
     monkeypatch.setattr(driver, "long_run_conf", lambda: {})
-    cfg = JobConfig(bootstrap_servers="127.0.0.1:1", input_topic="in", changelog_topic="out",
-                    delta_path=str(tmp_path / "d"), checkpoint=str(tmp_path / "c"), once=once,
+    cfg = JobConfig(kafka=KafkaIO(bootstrap_servers="127.0.0.1:1", input_topic="in",
+                                  changelog_topic="out"),
+                    delta=DeltaOutput(path=str(tmp_path / "d")), checkpoint=str(tmp_path / "c"),
+                    once=once,
                     engine=EngineConfig(window=WindowSpec.parse("tumbling:10s"), grace_ms=0))
     with pytest.raises(Opened):
         driver.run_job(cfg)

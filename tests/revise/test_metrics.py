@@ -224,11 +224,12 @@ def test_the_grafana_dashboard_uses_only_exported_metrics_and_covers_the_job():
 
 def test_a_metrics_port_outside_1_65535_is_refused():
     from revise.config import EngineConfig, WindowSpec
-    from revise.jobconfig import JobConfig
+    from revise.jobconfig import DeltaOutput, JobConfig, KafkaIO
 
     def cfg(port: int) -> JobConfig:
-        return JobConfig(bootstrap_servers="b:1", input_topic="in", changelog_topic="c",
-                         delta_path="/d", checkpoint="/c", metrics_port=port,
+        return JobConfig(kafka=KafkaIO(bootstrap_servers="b:1", input_topic="in",
+                                       changelog_topic="c"),
+                         delta=DeltaOutput(path="/d"), checkpoint="/c", metrics_port=port,
                          engine=EngineConfig(window=WindowSpec.parse("tumbling:1s"),
                                              grace_ms=0, query_id="q"))
 
@@ -240,15 +241,16 @@ def test_a_metrics_port_outside_1_65535_is_refused():
 
 def test_run_job_refuses_a_taken_metrics_port_before_anything_starts(tmp_path):
     from revise.config import EngineConfig, WindowSpec
-    from revise.jobconfig import JobConfig
+    from revise.jobconfig import DeltaOutput, JobConfig, KafkaIO
     from revise.spark.driver import run_job
 
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        cfg = JobConfig(bootstrap_servers="127.0.0.1:1", input_topic="in", changelog_topic="c",
-                        delta_path=str(tmp_path / "d"), checkpoint=str(tmp_path / "c"),
+        cfg = JobConfig(kafka=KafkaIO(bootstrap_servers="127.0.0.1:1", input_topic="in",
+                                      changelog_topic="c"),
+                        delta=DeltaOutput(path=str(tmp_path / "d")), checkpoint=str(tmp_path / "c"),
                         metrics_port=port, engine=EngineConfig(
                             window=WindowSpec.parse("tumbling:1s"), grace_ms=0, query_id="q"))
         with pytest.raises(ConfigError, match=f"--metrics-port {port}"):

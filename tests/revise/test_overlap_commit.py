@@ -79,7 +79,9 @@ def test_the_call_returns_before_the_writes_and_the_next_one_raises_their_error(
     out = BatchTables(pa.Table.from_pylist([_ROW], schema=REVISION_SCHEMA),
                       LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table())
     monkeypatch.setattr(committer_module, "decode_output", lambda _collected, _schema: out)
-    cfg = dataclasses.replace(config(), checkpoint=str(tmp_path), overlap_commit=overlap)
+    base = config()
+    cfg = dataclasses.replace(base, checkpoint=str(tmp_path),
+                              spark=dataclasses.replace(base.spark, overlap_commit=overlap))
     changelog, tables = _Changelog(), _Tables()
     committer = BatchCommitter(cfg, changelog, tables, JobResult("q"))  # type: ignore[arg-type]
     if not overlap:  # the writes run inside the call: nothing to wait for

@@ -200,3 +200,17 @@ def test_cli_points_and_their_exclusions(root: str, capfd: pytest.CaptureFixture
             assert "Traceback" not in err and len(err.strip().splitlines()) <= 3
     code, _, err = _cli(capfd, sql, "--delta-path", root, "--as-of-watermark", "soon")
     assert code == 2 and "--as-of-watermark" in err
+
+
+@pytest.mark.parametrize("wm", [100, 900, 1_500])
+def test_read_sql_answers_as_the_query_it_wraps(root: str, wm: int) -> None:
+    """``revise.read_sql``'s ``as_of_watermark`` is ``--as-of-watermark``: the same rows."""
+    import revise
+
+    sql = "SELECT key, window_start_ms, revision FROM latest ORDER BY key, window_start_ms"
+    got = revise.read_sql(sql, root, as_of_watermark=wm)
+    assert got.equals(run_query_local(sql, root, watermark=wm))
+    assert len(got) == len(_windows(lambda s, **p: run_query_local(s, root, **p), "latest",
+                                    watermark=wm))
+    with pytest.raises(ConfigError, match="at most one|only one|one of"):
+        revise.read_sql(sql, root, as_of_watermark=wm, as_of_version=0)
