@@ -43,7 +43,8 @@ CASES: dict[str, tuple[JobConfig, str]] = {
                           late_topic="late", transactional=False, starting_offsets="latest"),
             delta=DeltaOutput(path="/tmp/d", commit_interval_ms=0), checkpoint="/tmp/c",
             engine=EngineConfig(window=WindowSpec.parse("hopping:10s:5s"), grace_ms=0,
-                                watermark_delay_ms=2000, aggs=("count", "sum"),
+                                watermark_delay_ms=2000,
+                                aggs=AggList.parse("count,sum", value_field="amount"),
                                 mode="watermark", query_id="q1"),
             spark=SparkTuning(trigger_ms=100, max_records_per_batch=50, shards=3,
                               overlap_commit=True),
@@ -60,7 +61,7 @@ CASES: dict[str, tuple[JobConfig, str]] = {
             delta=DeltaOutput(path="/tmp/d", log_retention_ms=3_600_000), checkpoint="/tmp/c",
             engine=EngineConfig(
                 window=WindowSpec.parse("session:30s"), grace_ms=1000, query_id="q2",
-                agg_list=AggList.parse("count,p99(http.latency_ms),distinct(user.id)"),
+                aggs=AggList.parse("count,p99(http.latency_ms),distinct(user.id)"),
                 emit_min_change=0.1, emit_every_ms=2000),
             spark=SparkTuning(shards=16, shuffle_partitions=4),
             input=InputFields(key_field="http.endpoint,region", ts_field="at",
@@ -73,7 +74,7 @@ CASES: dict[str, tuple[JobConfig, str]] = {
     "kafka_timestamp_epoch_s": (
         JobConfig(kafka=_KAFKA, delta=_DELTA, checkpoint="/tmp/c",
                   engine=EngineConfig(window=WindowSpec.parse("tumbling:1m"), grace_ms=0,
-                                      agg_list=AggList.parse("sum(v),max(v)")),
+                                      aggs=AggList.parse("sum(v),max(v)")),
                   input=InputFields(ts_field="@timestamp", ts_format="epoch_s")),
         '{"query_id": "revise", "input_topic": "in", "window": "tumbling:1m", "grace_ms": 0, '
         '"watermark_delay_ms": 0, "aggs": "sum(v),max(v)", "mode": "revision", "shards": 8, '

@@ -49,7 +49,8 @@ def test_default_options_are_the_plain_input_spec_with_spec_schema_and_fingerpri
     count = config("--aggs", "count").input_spec
     assert count.numeric_fields == () and count.value_field == "value" and count.plain
     with pytest.raises(ConfigError, match="value_field='v'"):  # one value field, not two
-        dataclasses.replace(config(), value_field="v")
+        base = config()
+        dataclasses.replace(base, input=dataclasses.replace(base.input, value_field="v"))
 
 
 def test_fn_field_options_reach_the_spec_schema_and_fingerprint():
