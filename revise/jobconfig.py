@@ -83,7 +83,7 @@ Each Delta commit adds a file to the table's log and each commit costs more as t
 one per micro-batch on the 500 ms trigger made the four tables' writes 37 → 105 ms per batch
 over 2,400 micro-batches (docs/lab/benchmarks-diary.md). 5 s is ten micro-batches of a steady stream
 per commit while ``revision_history`` trails the changelog by seconds; a micro-batch that takes
-longer than that (a big backlog) is appended at once, as before (``sinks.history_stage``)."""
+longer than that (a big backlog) is appended at once (``sinks.history_stage``)."""
 
 _QUERY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 

@@ -41,8 +41,8 @@ def _with_query_id(schema: pa.Schema) -> pa.Schema:
 def arrow_schema(table: str, revision_schema: pa.Schema = REVISION_SCHEMA) -> pa.Schema:
     """The Arrow schema of one of :data:`TABLE_NAMES` (the SPEC fields, + ``query_id``).
 
-    ``revisions`` and ``latest`` have ``revision_schema``: today's SPEC §4 fields, or
-    ``revise.records.revision_schema`` of ``FN(FIELD)`` aggregates (SPEC §7).
+    ``revisions`` and ``latest`` have ``revision_schema``: the SPEC §4 fields of the bare
+    ``--aggs`` form, or ``revise.records.revision_schema`` of ``FN(FIELD)`` aggregates (§7).
     """
     if table in ("revisions", "latest"):
         return revision_schema

@@ -53,7 +53,7 @@ class KeyTable:
     strings one call at a time, in the same order (UTF-8 byte order is code point order,
     which is Python's). Keys it cannot hold that way (longer than :data:`INDEX_MAX_BYTES`
     in UTF-8, or ending in NUL, which fixed-width bytes drop) turn the bytes off for the
-    table, and it searches the strings as before.
+    table, and it searches the strings themselves.
     """
 
     __slots__ = ("_index", "_indexable", "keys")

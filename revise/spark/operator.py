@@ -262,7 +262,7 @@ def _split_input(frames: list[pd.DataFrame], topic: str, batch_id: int,
                  fields: InputColumns) -> tuple[InputBatch, list[pa.Table], list[str]]:
     """A shard's rows → (accepted records, dead letters, the control commands that came).
 
-    The late records' ``value`` is the first numeric column (``value`` for today's options),
+    The late records' ``value`` is the first numeric column (``value`` for the default options),
     0.0 when the aggregates read no number (``count`` and ``distinct`` only).
     """
     if not frames:

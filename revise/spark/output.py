@@ -44,8 +44,9 @@ KIND_SCHEMAS: Final[dict[str, pa.Schema]] = {
     "dead": DEAD_LETTER_SCHEMA,
 }
 """The operator's output kinds (the ``kind`` column) and the schema of each payload, for
-today's aggregates; :func:`kind_schemas` gives them for any revision schema. ``closing``: the
-FINALs of a close-all (:func:`decode_output` gives them the batch's last real watermark)."""
+the bare ``--aggs`` columns; :func:`kind_schemas` gives them for any revision schema.
+``closing``: the FINALs of a close-all (:func:`decode_output` gives them the batch's last real
+watermark)."""
 
 
 def kind_schemas(revision_schema: pa.Schema = REVISION_SCHEMA) -> dict[str, pa.Schema]:

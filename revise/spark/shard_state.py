@@ -132,7 +132,7 @@ def should_rebase(log_records: int, log_entries: int, open_windows: int) -> bool
     without the engine cached replays the log. Rebasing once the log's records pass the open
     windows keeps both within twice the records' own cost, and rebuilding within twice a
     snapshot's. Trace: 110,000 open windows and 12,500 records a step → a base every 9th step;
-    400 open windows and 62,000 records a step → a base every step (today's small-state cost).
+    400 open windows and 62,000 records a step → a base every step (the small-state cost).
     """
     return log_records > open_windows or log_entries > MAX_LOG_ENTRIES
 

@@ -73,7 +73,7 @@ class ChangelogConfig:
         consumer_config: The user's librdkafka settings for the progress reader.
         admin_config: The user's librdkafka settings for creating the progress topic.
         revision_schema: The revisions' fields, in the order the JSON values carry them:
-            ``revise.records.revision_schema`` of the job's aggregates (today's SPEC §4
+            ``revise.records.revision_schema`` of the job's aggregates (the SPEC §4
             fields by default).
     """
 

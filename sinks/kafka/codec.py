@@ -290,7 +290,7 @@ def decode_revision(value: bytes) -> Revision:
 def decode_revision_row(value: bytes, schema: pa.Schema = REVISION_SCHEMA) -> dict[str, Any]:
     """Decode a changelog value into a row of ``schema`` (any ``--aggs``; SPEC §4, §7).
 
-    :class:`~revise.records.Revision` holds today's aggregate fields only; a revision of
+    :class:`~revise.records.Revision` holds the bare form's aggregate fields only; a revision of
     ``FN(FIELD)`` aggregates (``p99_latency_ms``, ``distinct_user`` …) decodes with this into a
     dict with the schema's Python types (JSON ``3`` for a double → ``3.0``).
     """

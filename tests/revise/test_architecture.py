@@ -133,3 +133,14 @@ def test_every_subcommand_module_is_registered_on_the_parser():
     assert set(sub.choices) == files
     for name, parser in sub.choices.items():
         assert callable(parser.get_default("handler")), name
+
+
+def test_the_module_map_of_architecture_md_is_the_tree():
+    import re
+
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    section = text.split("\n## Module map\n", 1)[1]
+    named = set(re.findall(r"^\| `([\w/]+\.py)` \|", section, flags=re.MULTILINE))
+    files = {p.relative_to(ROOT).as_posix() for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    assert named == files, {"not in the map": sorted(files - named),
+                            "no such module": sorted(named - files)}
