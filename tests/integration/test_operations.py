@@ -20,16 +20,16 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from integration_support import REPO, CliRun, read_delta, spark_batches
-from prometheus_client.parser import text_string_to_metric_families
+from metrics_scrape import scrape
 
 from revise.checkpoint import RUN_FILE
 from revise.generate import GeneratorConfig, generate, produce
+from revise.infra.procs import free_port
 from revise.ops.metrics import dead_letter_category
 from revise.ops.runfile import STALE_S, RunInfo, read_run_file
 from revise.ops.status import BEHIND, OK, STOPPED, job_status
@@ -38,19 +38,6 @@ from sinks.kafka import decode_late, decode_revision, read_committed, read_last_
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta]
 
 RUN_TIMEOUT_S = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def by_label(samples: dict, name: str, label: str) -> dict[str, float]:

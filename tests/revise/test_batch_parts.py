@@ -11,7 +11,8 @@ from revise.spark.committer import STEP_MS_KEPT, BatchCommitter, JobResult
 
 def _committer() -> BatchCommitter:
     none: Any = None  # the step timings need none of the committer's sinks
-    cfg: Any = SimpleNamespace(spark=SimpleNamespace(overlap_commit=False))  # nor of its settings but this one
+    # nor of its settings but this one
+    cfg: Any = SimpleNamespace(spark=SimpleNamespace(overlap_commit=False))
     return BatchCommitter(cfg, none, none, JobResult("q"))
 
 

@@ -7,33 +7,19 @@ from __future__ import annotations
 import json
 import re
 import socket
-import urllib.request
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from metrics_scrape import scrape
 
 from revise.errors import ConfigError
+from revise.infra.procs import free_port
 from revise.ops.metrics import METRIC_NAMES, JobMetrics, dead_letter_category
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "docs" / "grafana" / "revise.json"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """``/metrics`` over HTTP: (sample name, sorted labels) → value."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def value(samples: dict, name: str, **labels: str) -> float:
