@@ -57,7 +57,7 @@ BOUNDED_DELTA_RS_MALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:0"
 """jemalloc settings for delta-rs in a bounded run (``--once``): keep freed pages for a second.
 
 Returning every freed page at once makes delta-rs fault fresh zeroed pages in again for its
-next buffer; in a MERGE into a large ``latest`` (issue 12's 1M-key daily workload: ~1M rows
+next buffer; in a MERGE into a large ``latest`` (the 1M-key daily workload: ~1M rows
 rewritten) that is most of its time (kernel time: page zeroing, TLB flushes). Kept for a second,
 the pages are reused: alternating runs on that workload, the driver spent 21–23 against 27–29
 CPU seconds and the whole run took 0.94–0.98 of the time (docs/lab/benchmarks-diary.md, *delta-rs's

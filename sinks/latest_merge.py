@@ -2,7 +2,7 @@
 
 The job's ``latest`` MERGE is copy-on-write (delta-rs writes no deletion vectors): a MERGE
 rewrites every file holding a window it updates. When a batch's keys are spread over the whole
-table (many keys, long windows: issue 12's 1M-key daily workload) every MERGE rewrites the
+table (many keys, long windows: the 1M-key daily workload) every MERGE rewrites the
 table, so its cost follows the table, not the batch, and one MERGE per micro-batch is a core
 busy with rewriting the same rows over and over. A MERGE of several batches' revisions (their
 highest revision per window) costs about as much as a MERGE of one.
@@ -64,7 +64,7 @@ COMPACT_LATEST_EVERY: Final = 50
 """Compact ``latest``'s small files after this many MERGEs (each MERGE adds a few files)."""
 
 REST_RATIO: Final = 6.0
-"""Rest this many times the last MERGE's duration before the next one. On issue 12's 1M-key
+"""Rest this many times the last MERGE's duration before the next one. On the 1M-key
 daily workload, where each MERGE rewrites the whole table, 6 ran 6 MERGEs where 3 ran 8, and
 the whole run took 0.91 and 0.93 of the time side by side (docs/lab/benchmarks-diary.md, 2026-11-27
 18:55): the MERGEs' CPU (delta-rs) competes with the micro-batches on the driver's machine.

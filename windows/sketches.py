@@ -1,4 +1,4 @@
-"""Percentile and distinct-count sketches that revise can revise (issue 13's kernels).
+"""Percentile and distinct-count sketches that revise can revise.
 
 Both keep their per-window state in a :class:`~windows.slots.SlotTable` (ragged ``(slot,
 value)`` pairs per group, CSR form), updated for many windows at once from ``(group ids,

@@ -1,4 +1,4 @@
-"""The in-process query engine: SQL over a run's Delta tables without a JVM (issue 14).
+"""The in-process query engine: SQL over a run's Delta tables without a JVM.
 
 ``revise query`` answers here by default (``--engine datafusion``); ``--engine spark`` keeps the
 Spark path of :mod:`revise.query`. Both expose the same views (SPEC §5, defined once in

@@ -201,7 +201,7 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
     # delta-rs's allocator: a bounded run keeps freed pages a second, an unbounded one returns
     # them at once (flat memory for days); set before the Delta tables load delta-rs.
     allocator_for_run(bounded=cfg.once)
-    # An unbounded run's driver takes its heap at start (flat memory for days, issue 11); a
+    # An unbounded run's driver takes its heap at start (flat memory for days); a
     # bad size in the environment is a configuration error, raised before anything is created.
     driver_conf = None if spark is not None or cfg.once else long_run_conf()
     crash = crash_hook or crash_hook_from_env()

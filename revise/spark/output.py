@@ -75,7 +75,7 @@ OUTPUT_IPC: Final = pa.ipc.IpcWriteOptions(compression="zstd")
 """The operator's chunks are zstd-compressed: every byte of them is copied from the Python
 worker through the JVM's rows, the task's Arrow result and the driver's socket, and crosses
 the network to the driver on a cluster. A close of 210k windows: 40.4 MB → 15.8 MB for +8 ms
-to write and +15 ms to read (lz4: 18.9 MB, +45 ms); on issue 12's 1M-key daily run the
+to write and +15 ms to read (lz4: 18.9 MB, +45 ms); on the 1M-key daily run the
 close's collect took 1.2–1.8 s against 1.9–2.2 s and the JVM ~2.5 CPU s less a run
 (docs/lab/benchmarks-diary.md, *The operator's output compressed*). :func:`decode_output` needs
 nothing: Arrow's reader reads either."""

@@ -170,7 +170,7 @@ def spark_session(
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         # Commit a micro-batch's state as a changelog of the rows it wrote, not a new RocksDB
-        # checkpoint uploaded per shard (docs/lab/benchmarks-diary.md, issue 12); existing
+        # checkpoint uploaded per shard (docs/lab/benchmarks-diary.md); existing
         # checkpoints switch over on their next batch.
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # Session-wide: a query's sources create their logs through the session they were

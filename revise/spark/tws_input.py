@@ -5,7 +5,7 @@ receives into pandas, then walks it **row by row** (``itertuples``) to split it 
 and builds a new DataFrame per key from the row tuples. revise's operator has a handful of
 grouping keys (shards) and hundreds of thousands of rows per micro-batch, so that walk was most
 of what the move to ``transformWithStateInPandas`` added: on the 1,000-key throughput workload
-(docs/lab/benchmarks-diary.md, issue 12) the Python workers' CPU went from 3.4 s to 7.6 s for 2M
+(docs/lab/benchmarks-diary.md) the Python workers' CPU went from 3.4 s to 7.6 s for 2M
 records.
 
 :func:`install` replaces the method with :func:`load_stream`, which yields the same thing — the
