@@ -143,12 +143,19 @@ def test_sweep_replays_the_run_and_recommends(
     assert policy["revisions_per_window"] <= own_r["revisions_per_window"]
     assert paced["revisions_per_window"] <= own_r["revisions_per_window"]
     assert policy["too_late"] == own_r["too_late"]
-    # frontier and recommendation
+    # frontier and recommendation: the fastest frontier setting reaching 0.5, or, when none
+    # does, a line that says so and names the most accurate
     assert any(r["on_frontier"] for r in sweep.values())
     assert doc["recommendation"] in stdout
-    chosen = [r for r in sweep.values() if doc["recommendation"].startswith(
-        f"for accuracy >= 0.5: {r['label']} (")]
-    assert len(chosen) == 1 and chosen[0]["on_frontier"] and chosen[0]["accuracy"] >= 0.5
+    reach = [r for r in sweep.values() if r["on_frontier"] and r["accuracy"] >= 0.5]
+    if reach:
+        best = min(reach, key=lambda r: (r["first_latency_p50_ms"], r["revisions_per_window"]))
+        assert doc["recommendation"].startswith(f"for accuracy >= 0.5: {best['label']} (")
+    else:
+        best = max(sweep.values(), key=lambda r: r["accuracy"])
+        assert doc["recommendation"].startswith("no setting reaches accuracy 0.5; the most "
+                                                f"accurate is {best['label']} (")
+    chosen = [best]
     png = out / "sweep.png"
     assert png.read_bytes()[:8] == PNG_MAGIC and str(png) in doc["files"]["plots"]
     # its rows in the comparisons table

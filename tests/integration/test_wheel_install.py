@@ -83,11 +83,16 @@ def _wheel(tmp_path: Path) -> Path:
 
 def test_the_wheel_runs_the_demo_and_a_job_outside_the_clone(tmp_path: Path) -> None:
     before = _clone_files()
+    # Nothing of this process's environment points at the clone: an earlier test in this
+    # worker may have put it on PYTHONPATH, where pip would find revise "already installed".
+    plain = {k: v for k, v in os.environ.items()
+             if k not in ("PYTHONPATH", "REVISE_JVM_DIR", "SPARK_HOME", "PYSPARK_PYTHON")}
     wheel = _wheel(tmp_path)
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], 300)
+    _run([sys.executable, "-m", "venv", str(venv)], 300, env=plain)
     python, revise = venv / "bin" / "python", str(venv / "bin" / "revise")
-    _run([str(python), "-m", "pip", "install", "--quiet", str(wheel)], INSTALL_TIMEOUT_S)
+    _run([str(python), "-m", "pip", "install", "--quiet", str(wheel)], INSTALL_TIMEOUT_S,
+         env=plain)
 
     work, home, jvm = tmp_path / "work", tmp_path / "home", tmp_path / "jvm"
     work.mkdir()
@@ -97,8 +102,6 @@ def test_the_wheel_runs_the_demo_and_a_job_outside_the_clone(tmp_path: Path) -> 
         **dict.fromkeys(("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME",
                          "VIRTUAL_ENV", "PYTHONHOME")),
     }
-    plain = {k: v for k, v in os.environ.items()
-             if k not in ("PYTHONPATH", "REVISE_JVM_DIR", "SPARK_HOME", "PYSPARK_PYTHON")}
     where = _run([str(python), "-c", "import revise, pyspark; from revise.infra.jars import "
                   "jvm_dir; print(revise.__file__); print(pyspark.__file__); print(jvm_dir())"],
                  60, cwd=work, env=plain).split()
