@@ -5,7 +5,8 @@ import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF5;
 
 /**
- * The accepted path of {@code revise/spark/parse.py} (the plain input spec: key, ts, value), as a Spark UDF.
+ * The accepted path of {@code revise/spark/parse.py} (the plain input spec: key, ts, value),
+ * as a Spark UDF.
  *
  * <p>{@code revise_fast_parse(value, keyField, tsField, valueField, valueRequired)} returns the
  * struct {@code (key string, ts bigint, value double)} of a Kafka record value that the SQL
