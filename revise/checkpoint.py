@@ -38,6 +38,7 @@ __all__ = [
     "SOURCES_DIR",
     "SPARK_DIR",
     "STAGE_DIR",
+    "STAMPS_FILE",
     "STATE_DIR",
     "SparkLog",
     "checkpoint_fingerprint",
@@ -45,6 +46,7 @@ __all__ = [
     "spark_dir",
     "spark_log_dir",
     "stage_dir",
+    "stamps_path",
     "write_atomic",
     "write_fingerprint",
 ]
@@ -55,6 +57,9 @@ RUN_FILE: Final = "revise-run.json"
 """The run file (:mod:`revise.ops.runfile`): what ``revise status`` learns a job from."""
 DONE_FILE: Final = "sinks-done"
 """The file holding the last micro-batch the sinks finished (:mod:`revise.spark.rewind`)."""
+STAMPS_FILE: Final = "revise-stamps.json"
+"""The last micro-batches' ``emitted_at_ms``, each recorded before its batch runs
+(:class:`revise.spark.task_output.Stamps`)."""
 STAGE_DIR: Final = "delta-staged"
 """The sub-folder where micro-batches wait for their Delta history commit."""
 CONTROL_DIR: Final = "control"
@@ -89,6 +94,11 @@ def spark_log_dir(checkpoint: str | Path, log: SparkLog) -> Path:
 def control_dir(checkpoint: str | Path) -> Path:
     """The control source's folder (close-all command files)."""
     return Path(checkpoint) / CONTROL_DIR
+
+
+def stamps_path(checkpoint: str | Path) -> Path:
+    """The file of the last micro-batches' ``emitted_at_ms``."""
+    return Path(checkpoint) / STAMPS_FILE
 
 
 def stage_dir(checkpoint: str | Path) -> Path:

@@ -256,6 +256,10 @@ class KafkaSettings:
         """confluent-kafka Consumer settings (add group.id, isolation.level on top)."""
         return self._with_bootstrap({**self.rdkafka_common, **self.rdkafka_consumer})
 
+    def java_conf(self) -> dict[str, str]:
+        """Java client settings (the stateful tasks' changelog producers and progress reader)."""
+        return self._with_bootstrap(dict(self.java))
+
     def admin_conf(self) -> dict[str, str]:
         """confluent-kafka AdminClient settings."""
         return self._with_bootstrap(dict(self.rdkafka_common))

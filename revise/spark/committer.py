@@ -20,8 +20,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from revise.jobconfig import JobConfig
@@ -29,9 +27,9 @@ from revise.spark.close_all import BoundedEnd, set_input_end
 from revise.spark.output import BatchTables, decode_output
 from revise.spark.rewind import record_done
 from revise.spark.spark_log import batch_offsets, last_committed_batch
+from revise.spark.task_output import Stamps, TaskWriter, set_batch, write, zombie_error
 from revise.vocab import TABLE_NAMES
 from sinks.delta_tables import AfterWrite, DeltaTables
-from sinks.kafka import TransactionalChangelog
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -167,7 +165,7 @@ class BatchCommitter:
     def __init__(
         self,
         cfg: JobConfig,
-        changelog: TransactionalChangelog,
+        changelog: TaskWriter,
         tables: DeltaTables,
         result: JobResult,
         crash_hook: CrashHook | None = None,
@@ -181,6 +179,7 @@ class BatchCommitter:
         self.result = result
         self.crash_hook = crash_hook
         self.started = time.monotonic()
+        self._stamps = Stamps(cfg.checkpoint)
         self.last_batch_id: int | None = None
         self.error: BaseException | None = None
         self._step_ms: dict[int, dict[str, int]] = {}  # see take_steps
@@ -259,25 +258,33 @@ class BatchCommitter:
         """
         t0 = time.monotonic()
         try:
-            self.wait()  # --overlap-commit: the previous batch's steps 2-3 (raises its error)
-            # 1. compute, collect, decode, stamp; the tasks learn where this batch's input
-            # ends (a conditional close-all's condition), and a bounded run whose input is
-            # read by this batch writes the close-all the next one reads (revise.spark.close_all)
+            self.wait()  # --overlap-commit: the previous batch's step 3 (raises its error)
+            # 1. the tasks learn where this batch's input ends (a conditional close-all's
+            # condition) and its emitted_at_ms (recorded first: a replay reuses it); a bounded
+            # run whose input this batch reads to the end writes the close-all the next one
+            # reads (revise.spark.close_all)
             read, control = batch_offsets(self.cfg.checkpoint, batch_id, self.cfg.kafka.input_topic)
-            set_input_end(df.sparkSession, read)
+            spark = df.sparkSession
+            set_input_end(spark, read)
             if self.bounded is not None and self.bounded.start_batch(read, control):
                 self.tables.end_staging()  # the close's FINALs: no staging them for the stop
-            out = decode_output(df.toArrow(), self.cfg.revision_schema)
+            emitted_at = self._stamps.of(batch_id, int(time.time() * 1000))
+            set_batch(spark, emitted_at)
+            self._crash("before_kafka", batch_id)
+            # 1-2. compute the batch; each task commits its partition's messages to Kafka
+            out = decode_output(write(df, self.changelog.settings(batch_id, emitted_at)),
+                                self.cfg.revision_schema)
             collect_s = time.monotonic() - t0
             self.result.collect_seconds += collect_s
-            emitted_at = int(time.time() * 1000)
             if self._pool is None:
-                self._sinks(batch_id, out, emitted_at, t0, collect_s)
+                self._sinks(batch_id, out, t0, collect_s)
             else:
-                self._pending = self._pool.submit(
-                    self._sinks, batch_id, out, emitted_at, t0, collect_s)
+                self._pending = self._pool.submit(self._sinks, batch_id, out, t0, collect_s)
         except BaseException as exc:
-            self.error = exc
+            fenced = zombie_error(exc)
+            self.error = exc if fenced is None else fenced
+            if fenced is not None:
+                raise fenced from None
             raise
         finally:
             self.returned.set()
@@ -299,50 +306,40 @@ class BatchCommitter:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def _sinks(self, batch_id: int, out: BatchTables, emitted_at: int, t0: float,
-               collect_s: float) -> None:
-        """Steps 2-3 of batch ``batch_id`` and its record in ``sinks-done``."""
+    def _sinks(self, batch_id: int, out: BatchTables, t0: float, collect_s: float) -> None:
+        """Step 3 of batch ``batch_id`` and its record in ``sinks-done``."""
         try:
             with self._sinks_lock:
-                self._write_sinks(batch_id, out, emitted_at, t0, collect_s)
+                self._write_sinks(batch_id, out, t0, collect_s)
                 record_done(self.cfg.checkpoint, batch_id)
         except BaseException as exc:
             self.error = exc
             raise
 
-    def _write_sinks(self, batch_id: int, out: BatchTables, emitted_at: int, t0: float,
-                     collect_s: float) -> None:
+    def _write_sinks(self, batch_id: int, out: BatchTables, t0: float, collect_s: float) -> None:
         if self._pool is not None:
             self._crash_once_recorded("after_record", batch_id)
-        revisions = _stamp(out.revisions, emitted_at)
+        # 2. what the tasks' Kafka transactions did: a replay finds every partition committed
+        kafka_s = sum(float(r.get("seconds", 0.0)) for r in out.reports)
+        skipped = bool(out.reports) and all(r.get("skipped") for r in out.reports)
         if out.empty:
-            self._account(batch_id, out, None, t0, 0.0)
-            self._steps(batch_id, collect_s, 0.0, 0.0)
+            self._account(batch_id, out, None, t0, kafka_s)
+            self._steps(batch_id, collect_s, kafka_s, 0.0)
             self._tell(batch_id, out, written=False)
             return
-        self._crash("before_kafka", batch_id)
-        # 2. Kafka: one transaction, skipped when this batch is already committed
-        tk = time.monotonic()
-        committed = self.changelog.commit_batch(
-            batch_id, revisions, out.late, out.dead, emitted_at_ms=emitted_at,
-            before_commit=lambda: self._crash("before_kafka_commit", batch_id),
-        )
-        if committed.skipped and committed.emitted_at_ms is not None:
-            revisions = _stamp(revisions, committed.emitted_at_ms)
-        kafka_s = time.monotonic() - tk
         self._crash("after_kafka", batch_id)
-        self._tell(batch_id, out, written=not committed.skipped)
+        self._tell(batch_id, out, written=not skipped)
         # 3. Delta: idempotent per (query_id, batch_id)
         td = time.monotonic()
         self.tables.write_batch(
-            self.cfg.query_id, batch_id, revisions, out.late, out.dead,
+            self.cfg.query_id, batch_id, out.revisions, out.late, out.dead,
             defer_latest=True,
             before_latest=lambda: self._crash_once_recorded("before_latest", batch_id),
         )
         delta_s = time.monotonic() - td
         self._account_delta(delta_s)
         self._crash("after_delta", batch_id)
-        self._account(batch_id, out, committed.skipped, t0, kafka_s)
+        self._account(batch_id, out, skipped, t0, kafka_s)
         self._steps(batch_id, collect_s, kafka_s, delta_s)
 
     def _tell(self, batch_id: int, out: BatchTables, *, written: bool) -> None:
@@ -422,10 +419,3 @@ class BatchCommitter:
             r.skipped_batches += 1
         r.kafka_seconds += kafka_s
         r.commit_seconds += time.monotonic() - t0
-
-
-def _stamp(revisions: pa.Table, emitted_at: int) -> pa.Table:
-    """``revisions`` with ``emitted_at_ms`` set to ``emitted_at`` on every row."""
-    i = revisions.schema.get_field_index("emitted_at_ms")
-    column = pa.array(np.full(revisions.num_rows, emitted_at, dtype=np.int64))
-    return revisions.set_column(i, revisions.schema.field(i), column)

@@ -26,7 +26,7 @@ from revise.config import EngineConfig
 from revise.engine import Engine, InputBatch
 from revise.records import DEAD_LETTER_SCHEMA, revision_schema
 from revise.spark.close_all import close_all_due, input_end_of_task
-from revise.spark.output import encode_output
+from revise.spark.output import REVISIONS_ONLY, MessageKinds, encode_output
 from revise.spark.shard_state import (
     BASE_DDL,
     LOG_DDL,
@@ -41,6 +41,7 @@ from revise.spark.shard_state import (
     should_rebase,
     skip_applied,
 )
+from revise.spark.task_output import batch_stamp
 from revise.spark.tws_input import install as _install_columnar_input
 
 if TYPE_CHECKING:
@@ -119,11 +120,13 @@ class ShardProcessor(_StatefulProcessor):
     """
 
     def __init__(self, engine_cfg: EngineConfig, topic: str,
-                 fields: InputColumns = VALUE_COLUMNS, token: str = "") -> None:
+                 fields: InputColumns = VALUE_COLUMNS, token: str = "",
+                 messages: MessageKinds = REVISIONS_ONLY) -> None:
         self._cfg = engine_cfg
         self._topic = topic
         self._fields = fields
         self._token = token
+        self._messages = messages
         self._schema = revision_schema(engine_cfg.aggs)
 
     def init(self, handle: Any) -> None:
@@ -161,7 +164,7 @@ class ShardProcessor(_StatefulProcessor):
                                 int(timer_values.getCurrentProcessingTimeInMs()))
         meta = Meta.of(self._meta.get())
         engine = self._engine(shard, meta)
-        chunks = _apply(engine, step, dead, self._schema, shard)
+        chunks = _apply(engine, step, dead, self._schema, shard, self._messages)
         self._store(shard, meta, engine, step, fired_timer_ms)
         return chunks
 
@@ -234,16 +237,19 @@ def _read_step(frames: Iterable[pd.DataFrame], topic: str, fields: InputColumns,
     return Step(batch_id, max(0, watermark_ms), now_ms, close_all, batch), dead
 
 
-def _apply(engine: Engine, step: Step, dead: list[pa.Table],
-           revision_schema: pa.Schema, shard: int) -> pd.DataFrame | None:
+def _apply(engine: Engine, step: Step, dead: list[pa.Table], revision_schema: pa.Schema,
+           shard: int, messages: MessageKinds) -> pd.DataFrame | None:
     """Apply ``step`` to ``engine``; its revisions, too-late records and ``dead`` as output rows.
 
-    With them, the shard's open windows after the step (the job's metrics).
+    The revisions carry the micro-batch's ``emitted_at_ms`` (:func:`batch_stamp`); with the
+    tables, the Kafka messages of each kind ``messages`` asks for, and the shard's open windows
+    after the step (the job's metrics).
     """
     (revisions, *closing), late = apply_step(engine, step)
-    return encode_output(revisions=[revisions.to_arrow()], closing=[r.to_arrow() for r in closing],
+    return encode_output(revisions=[revisions.to_arrow(), *(r.to_arrow() for r in closing)],
                          late=[late.to_arrow()], dead=dead, revision_schema=revision_schema,
-                         open_windows=(shard, engine.open_windows))
+                         open_windows=(shard, engine.open_windows), messages=messages,
+                         emitted_at_ms=batch_stamp())
 
 
 def _batch_id() -> int:

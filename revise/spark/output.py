@@ -11,13 +11,13 @@ on the driver :func:`decode_output` turns the collected rows back into one typed
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 
@@ -39,19 +39,44 @@ __all__ = [
 
 KIND_SCHEMAS: Final[dict[str, pa.Schema]] = {
     "revision": REVISION_SCHEMA,
-    "closing": REVISION_SCHEMA,
     "late": LATE_SCHEMA,
     "dead": DEAD_LETTER_SCHEMA,
 }
-"""The operator's output kinds (the ``kind`` column) and the schema of each payload, for
-the bare ``--aggs`` columns; :func:`kind_schemas` gives them for any revision schema.
-``closing``: the FINALs of a close-all (:func:`decode_output` gives them the batch's last real
-watermark)."""
+"""The operator's Arrow output kinds (the ``kind`` column) and the schema of each payload, for
+the bare ``--aggs`` columns; :func:`kind_schemas` gives them for any revision schema."""
+
+MESSAGE_KINDS: Final = ("revision", "late", "dead")
+"""The kinds whose rows are also Kafka messages, in the order of their topic index: a row of
+kind ``msg:<i>`` holds messages of ``MESSAGE_KINDS[i]`` (``sinks.kafka.partitions.frame``)."""
+
+REPORT_KIND: Final = "kafka"
+"""The kind of the row each task adds after writing its messages (``revise.jvm.TaskChangelog``):
+its report, JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageKinds:
+    """Which output kinds the tasks write to Kafka.
+
+    Revisions always; too-late records and dead letters when a topic takes them
+    (``--late-topic``, ``--dead-letter-topic``).
+    """
+
+    late: bool = False
+    dead: bool = False
+
+    def wants(self, kind: str) -> bool:
+        """Whether ``kind`` (one of :data:`MESSAGE_KINDS`) goes to Kafka."""
+        return kind == "revision" or (kind == "late" and self.late) or (
+            kind == "dead" and self.dead)
+
+
+REVISIONS_ONLY: Final = MessageKinds()
 
 
 def kind_schemas(revision_schema: pa.Schema = REVISION_SCHEMA) -> dict[str, pa.Schema]:
     """:data:`KIND_SCHEMAS` with ``revision_schema`` (``revise.records.revision_schema``)."""
-    return {**KIND_SCHEMAS, "revision": revision_schema, "closing": revision_schema}
+    return {**KIND_SCHEMAS, "revision": revision_schema}
 
 
 def output_type() -> StructType:
@@ -92,12 +117,16 @@ class BatchTables:
         dead: Dead letters (:data:`~revise.records.DEAD_LETTER_SCHEMA`).
         open_windows: Open windows after the batch, per shard the batch called (the job's
             ``revise_open_windows`` metric, ``revise.ops.metrics``).
+        reports: What each task that wrote messages did (``partition``, ``attempt``,
+            ``messages``, ``skipped``: the partition had committed the batch before,
+            ``seconds``).
     """
 
     revisions: pa.Table
     late: pa.Table
     dead: pa.Table
     open_windows: dict[int, int] = field(default_factory=dict)
+    reports: tuple[dict[str, Any], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -106,27 +135,36 @@ class BatchTables:
 
 
 def encode_output(*, revisions: Sequence[pa.Table], late: Sequence[pa.Table],
-                  dead: Sequence[pa.Table], closing: Sequence[pa.Table] = (),
-                  revision_schema: pa.Schema = REVISION_SCHEMA,
-                  open_windows: tuple[int, int] | None = None) -> pd.DataFrame | None:
+                  dead: Sequence[pa.Table], revision_schema: pa.Schema = REVISION_SCHEMA,
+                  open_windows: tuple[int, int] | None = None,
+                  messages: MessageKinds = REVISIONS_ONLY,
+                  emitted_at_ms: int | None = None) -> pd.DataFrame | None:
     """A shard's output tables → the operator's rows (None when all are empty).
 
-    One row per kind and chunk of at most :data:`CHUNK_ROWS` rows: ``kind``, ``rows``,
-    ``payload`` (an Arrow IPC stream with the kind's schema; revisions and a close-all's
-    ``closing`` FINALs in ``revision_schema``). ``open_windows`` ``(shard, count)`` adds a row
-    of kind :data:`OPEN_KIND` (``rows`` = the count, ``payload`` = the shard's number as
-    text). :func:`decode_output` is the inverse.
+    Per kind, in this order: revisions (each window's in revision order, a close-all's FINALs
+    last), too-late records, dead letters. Each kind gives rows of ``kind``, ``rows``,
+    ``payload``: chunks of at most :data:`CHUNK_ROWS` rows as Arrow IPC streams with the kind's
+    schema (revisions in ``revision_schema``, their ``emitted_at_ms`` set to ``emitted_at_ms``
+    when given), and, for the kinds ``messages`` asks for, one row ``msg:<i>`` of the same
+    records as Kafka messages (``sinks.kafka.partitions.frame``; ``i`` its index in
+    :data:`MESSAGE_KINDS`), which the task writes to Kafka. ``open_windows`` ``(shard,
+    count)`` adds a row of kind :data:`OPEN_KIND` (``rows`` = the count, ``payload`` = the
+    shard's number as text). :func:`decode_output` reads the Arrow rows back.
     """
     schemas = kind_schemas(revision_schema)
     chunks: list[tuple[str, int, bytes]] = []
     if open_windows is not None:
         shard, count = open_windows
         chunks.append((OPEN_KIND, count, str(shard).encode()))
-    for kind, tables in (("revision", revisions), ("closing", closing), ("late", late),
-                         ("dead", dead)):
+    for i, (kind, tables) in enumerate((("revision", revisions), ("late", late),
+                                        ("dead", dead))):
         if not any(t.num_rows for t in tables):
             continue
         table = pa.concat_tables(tables).cast(schemas[kind])
+        if kind == "revision" and emitted_at_ms is not None:
+            table = stamp(table, emitted_at_ms)
+        if messages.wants(kind):
+            chunks.append((f"msg:{i}", table.num_rows, _messages(kind, table, revision_schema)))
         for start in range(0, table.num_rows, CHUNK_ROWS):
             chunks.append((kind, *_ipc(table.slice(start, CHUNK_ROWS))))
     if not chunks:
@@ -140,6 +178,25 @@ def encode_output(*, revisions: Sequence[pa.Table], late: Sequence[pa.Table],
     })
 
 
+def stamp(revisions: pa.Table, emitted_at_ms: int) -> pa.Table:
+    """``revisions`` with ``emitted_at_ms`` set to ``emitted_at_ms`` on every row."""
+    i = revisions.schema.get_field_index("emitted_at_ms")
+    column = pa.array(np.full(revisions.num_rows, emitted_at_ms, dtype=np.int64))
+    return revisions.set_column(i, revisions.schema.field(i), column)
+
+
+def _messages(kind: str, table: pa.Table, revision_schema: pa.Schema) -> bytes:
+    """One kind's records as framed Kafka messages (the changelog's JSON)."""
+    from sinks.kafka.codec import encode_dead_letters, encode_late, encode_revisions
+    from sinks.kafka.partitions import frame
+
+    if kind == "revision":
+        return frame(*encode_revisions(table, revision_schema))
+    if kind == "late":
+        return frame(*encode_late(table))
+    return frame(*encode_dead_letters(table))
+
+
 def _ipc(table: pa.Table) -> tuple[int, bytes]:
     """``(rows, Arrow IPC stream bytes, zstd-compressed)`` of one output table."""
     sink = pa.BufferOutputStream()
@@ -150,41 +207,28 @@ def _ipc(table: pa.Table) -> tuple[int, bytes]:
 
 def decode_output(collected: pa.Table,
                   revision_schema: pa.Schema = REVISION_SCHEMA) -> BatchTables:
-    """The stateful operator's collected chunks → one table per kind (empty ones included).
+    """The micro-batch's collected rows → one table per kind (empty ones included).
 
     ``revision_schema``: the job's (``revise.records.revision_schema`` of its aggregates).
-
     Chunks keep their order (the order Spark collected them in); rows inside a chunk keep the
-    engine's emission order, and a close-all's FINALs follow every other revision, so one
-    window's revisions of a batch stay in revision order.
-
-    A close-all's FINALs carry the last real watermark (SPEC §3: the max accepted event time
-    of all input, minus the delay). Each shard closes at its own view of it, the batch's
-    watermark raised by the event times the shard accepted in that batch (which is exact
-    when the close-all has a micro-batch of its own, and too low for some shards when it
-    comes with the rest of the input, ``revise.spark.close_all``); the highest of them is
-    the global one, which every closing FINAL gets here.
+    engine's emission order, so one window's revisions of a batch stay in revision order.
+    The tasks' reports (:data:`REPORT_KIND`) are in :attr:`BatchTables.reports`.
     """
     schemas = kind_schemas(revision_schema)
     parts: dict[str, list[pa.Table]] = {k: [] for k in schemas}
     kinds = collected.column("kind").to_pylist()
     payloads = collected.column("payload")
     open_windows: dict[int, int] = {}
+    reports: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
         if kind == OPEN_KIND:
             open_windows[int(payloads[i].as_py())] = int(collected.column("rows")[i].as_py())
-            continue
-        parts[kind].append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
+        elif kind == REPORT_KIND:
+            reports.append(json.loads(payloads[i].as_py()))
+        elif kind in parts:
+            parts[kind].append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
     tables = {
         k: pa.concat_tables(v) if v else schemas[k].empty_table() for k, v in parts.items()
     }
-    closing = tables["closing"]
-    revisions = tables["revision"]
-    if closing.num_rows:
-        watermark = closing.column("watermark_ms")
-        last = pa.array(np.full(closing.num_rows, pc.max(watermark).as_py(), dtype=np.int64),
-                        watermark.type)
-        closing = closing.set_column(closing.schema.get_field_index("watermark_ms"),
-                                     closing.schema.field("watermark_ms"), last)
-        revisions = pa.concat_tables([revisions, closing])
-    return BatchTables(revisions, tables["late"], tables["dead"], open_windows)
+    return BatchTables(tables["revision"], tables["late"], tables["dead"], open_windows,
+                       tuple(reports))
