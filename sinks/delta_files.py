@@ -60,7 +60,7 @@ from sinks.delta_txn import DeltaRoot
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable as RustDeltaTable
-    from deltalake.transaction import CommitProperties
+    from deltalake.transaction import AddAction, CommitProperties
 
 __all__ = ["PARQUET_OPTIONS", "STATS_COLUMNS", "STRING_PREFIX", "DataFile", "DataFileError",
            "commit_batches", "commit_files", "delta_stats", "write_data_file"]
@@ -126,8 +126,8 @@ class DataFile:
             raise DataFileError(msg) from e
         return cls(**fields)
 
-    def add_action(self) -> Any:
-        """The Delta ``add`` action of this file (a ``deltalake.transaction.AddAction``)."""
+    def add_action(self) -> AddAction:
+        """The Delta ``add`` action of this file."""
         from deltalake.transaction import AddAction
 
         return AddAction(self.path, self.size, {}, self.modification_time_ms, True, self.stats)
