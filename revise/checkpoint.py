@@ -4,9 +4,11 @@ Layout of ``<checkpoint>`` (``--checkpoint``, a local or mounted folder)::
 
     revise-job.json    CHECKPOINT_META  the settings the job was started with (its fingerprint)
     revise-run.json    RUN_FILE         where the job writes, pid, heartbeat (revise.ops.runfile)
+    revise-stamps.json STAMPS_FILE      the last micro-batches' emitted_at_ms
+                                        (spark.task_output)
     sinks-done         DONE_FILE        the last micro-batch the sinks finished (spark.rewind)
-    delta-staged/      STAGE_DIR        micro-batches waiting for their Delta history commit
-                                        (sinks.history_stage)
+    delta-files/       STAGE_DIR        micro-batches' data files waiting for their Delta commit
+                                        (sinks.file_stage)
     control/           CONTROL_DIR      close-all command files of a bounded run, read by
                                         Spark's file source (spark.close_all)
     spark/             SPARK_DIR        Spark's checkpointLocation: offsets/<id> and
@@ -60,8 +62,9 @@ DONE_FILE: Final = "sinks-done"
 STAMPS_FILE: Final = "revise-stamps.json"
 """The last micro-batches' ``emitted_at_ms``, each recorded before its batch runs
 (:class:`revise.spark.task_output.Stamps`)."""
-STAGE_DIR: Final = "delta-staged"
-"""The sub-folder where micro-batches wait for their Delta history commit."""
+STAGE_DIR: Final = "delta-files"
+"""The sub-folder where micro-batches' data files wait for their Delta history commit
+(``sinks.file_stage``: one record per batch)."""
 CONTROL_DIR: Final = "control"
 """The sub-folder Spark's file source reads close-all commands from."""
 SPARK_DIR: Final = "spark"

@@ -26,8 +26,9 @@ from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
     "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "EMIT_POLICY_KEY",
-    "STATE_LAYOUT", "STATE_LAYOUT_KEY", "DeltaOutput", "InputFields", "JobConfig", "KafkaIO",
-    "SparkTuning", "StartingOffsets", "check_state_layout", "parse_ts_format",
+    "OUTPUT_LAYOUT", "OUTPUT_LAYOUT_KEY", "STATE_LAYOUT", "STATE_LAYOUT_KEY", "DeltaOutput",
+    "InputFields", "JobConfig", "KafkaIO", "SparkTuning", "StartingOffsets",
+    "check_state_layout", "parse_ts_format",
 ]
 
 DEFAULT_SHARDS = 8
@@ -39,6 +40,13 @@ STATE_LAYOUT = "log"
 log of steps (``revise.spark.shard_state``). Recorded in every checkpoint's ``revise-job.json``
 under :data:`STATE_LAYOUT_KEY`; a checkpoint without it, or with another value, holds its state
 in a form this version does not read (:func:`check_state_layout`)."""
+OUTPUT_LAYOUT_KEY = "output"
+OUTPUT_LAYOUT = "tasks"
+"""Who writes the output: the stateful tasks, each state partition its own Kafka transactions
+with its progress in the group ``revise-<query_id>``'s committed offsets
+(``revise.spark.task_output``). Recorded under :data:`OUTPUT_LAYOUT_KEY`; a checkpoint without
+it was written by a revise whose driver wrote one transaction per micro-batch, whose progress
+this version does not read (:func:`check_state_layout`)."""
 EMIT_POLICY_KEY = "emit_policy"
 """Recorded as ``on`` in a checkpoint's fingerprint when the job has an emit policy
 (``--emit-min-change`` / ``--emit-every``: its state keeps last emitted revisions); absent
@@ -46,25 +54,32 @@ otherwise, so checkpoints from before the options restart unchanged."""
 
 
 def check_state_layout(checkpoint: str) -> None:
-    """Refuse an existing checkpoint whose state is not in the :data:`STATE_LAYOUT` layout.
+    """Refuse an existing checkpoint of another :data:`STATE_LAYOUT` or :data:`OUTPUT_LAYOUT`.
 
     Reads only ``revise-job.json``, so ``revise run`` calls it before any Kafka client or Spark
     starts. A new checkpoint (no ``revise-job.json``) passes.
 
     Raises:
-        ConfigError: The checkpoint records no layout (one snapshot per shard, written by an
-            earlier revise) or another one.
+        ConfigError: The checkpoint records no state layout (one snapshot per shard, written
+            by an earlier revise) or another one, or no output layout (its driver wrote the
+            changelog).
     """
     have = checkpoint_fingerprint(checkpoint)
-    if have is None or have.get(STATE_LAYOUT_KEY) == STATE_LAYOUT:
+    if have is None:
         return
-    had = have.get(STATE_LAYOUT_KEY, "snapshot")
-    msg = (
-        f"--checkpoint {checkpoint} was written by the {had} state layout, which this version "
-        "no longer reads: start the job with a new --checkpoint and --query-id (its Delta "
-        "tables and changelog can stay), or finish it with the revise version that wrote it"
-    )
-    raise ConfigError(msg)
+    advice = ("start the job with a new --checkpoint and --query-id (its Delta tables and "
+              "changelog can stay), or finish it with the revise version that wrote it")
+    if have.get(STATE_LAYOUT_KEY) != STATE_LAYOUT:
+        had = have.get(STATE_LAYOUT_KEY, "snapshot")
+        msg = (f"--checkpoint {checkpoint} was written by the {had} state layout, which this "
+               f"version no longer reads: {advice}")
+        raise ConfigError(msg)
+    if have.get(OUTPUT_LAYOUT_KEY) != OUTPUT_LAYOUT:
+        msg = (f"--checkpoint {checkpoint} was written by a revise whose driver wrote the "
+               "changelog, one transaction per micro-batch; this version's stateful tasks write "
+               "it, each state partition with its own progress, and cannot tell what that one "
+               f"committed: {advice}")
+        raise ConfigError(msg)
 
 
 DEFAULT_TRIGGER_MS = 500
@@ -350,8 +365,9 @@ class JobConfig:
         """What a checkpoint is tied to: changing any of these needs a new checkpoint.
 
         The bare ``--aggs`` form records its list of names (``["count", "sum"]``); the state
-        layout is recorded under :data:`STATE_LAYOUT_KEY` (a checkpoint without it cannot
-        restart: :func:`check_state_layout`). The ``FN(FIELD)`` form
+        layout is recorded under :data:`STATE_LAYOUT_KEY` and the output's under
+        :data:`OUTPUT_LAYOUT_KEY` (a checkpoint without them cannot restart:
+        :func:`check_state_layout`). The ``FN(FIELD)`` form
         records the whole ``--aggs`` text and a non-default ``--ts-format`` is recorded under
         its own key. An emit policy (``--emit-min-change`` / ``--emit-every``) is recorded as
         ``emit_policy: on``, without its thresholds: those may change on a restart.
@@ -372,6 +388,7 @@ class JobConfig:
         if self.input.ts_format != "epoch_ms":
             out["ts_format"] = self.input.ts_format
         out[STATE_LAYOUT_KEY] = STATE_LAYOUT
+        out[OUTPUT_LAYOUT_KEY] = OUTPUT_LAYOUT
         if e.emit_policy is not None:  # the state keeps last emitted revisions; not the values
             out[EMIT_POLICY_KEY] = "on"
         return out

@@ -20,11 +20,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-import pyarrow.compute as pc
-
 from revise.jobconfig import JobConfig
 from revise.spark.close_all import BoundedEnd, set_input_end
-from revise.spark.output import BatchTables, decode_output
+from revise.spark.output import BatchOutput, decode_output
 from revise.spark.rewind import record_done
 from revise.spark.spark_log import batch_offsets, last_committed_batch
 from revise.spark.task_output import Stamps, TaskWriter, set_batch, write, zombie_error
@@ -40,7 +38,7 @@ __all__ = ["CRASH_POINTS", "RECENT_PROGRESS", "BatchCommitter", "CrashHook", "Jo
 log = logging.getLogger("revise.job")
 
 CrashHook = Callable[[str, int], None]
-OutputHook = Callable[[int, BatchTables, bool], None]
+OutputHook = Callable[[int, BatchOutput, bool], None]
 """``hook(batch_id, output, written)``: a micro-batch's output once Kafka has it (or, when it
 is empty, once collected); ``written`` is False for a replay whose transaction was found
 committed, and for an empty batch."""
@@ -180,6 +178,7 @@ class BatchCommitter:
         self.crash_hook = crash_hook
         self.started = time.monotonic()
         self._stamps = Stamps(cfg.checkpoint)
+        self._task_crash_told = False
         self.last_batch_id: int | None = None
         self.error: BaseException | None = None
         self._step_ms: dict[int, dict[str, int]] = {}  # see take_steps
@@ -271,6 +270,7 @@ class BatchCommitter:
             emitted_at = self._stamps.of(batch_id, int(time.time() * 1000))
             set_batch(spark, emitted_at)
             self._crash("before_kafka", batch_id)
+            self._arm_task_crash(batch_id)
             # 1-2. compute the batch; each task commits its partition's messages to Kafka
             out = decode_output(write(df, self.changelog.settings(batch_id, emitted_at)),
                                 self.cfg.revision_schema)
@@ -290,6 +290,17 @@ class BatchCommitter:
             self.returned.set()
         # 4. return → Spark commits the batch
 
+    def _arm_task_crash(self, batch_id: int) -> None:
+        """Say so when this batch's tasks will kill the job (``REVISE_CRASH_AT``, tests only)."""
+        crash = self.changelog.crash
+        if crash is None or self._task_crash_told:
+            return
+        point, target, partition = crash.split(":")
+        if batch_id >= int(target):
+            self._task_crash_told = True
+            log.warning("REVISE_CRASH_AT: killing the job at %s of batch %d (in the task of "
+                        "partition %s)", point, batch_id, "any" if partition == "*" else partition)
+
     def wait(self) -> None:
         """Wait for the batch whose steps 2-3 run in the background (``--overlap-commit``).
 
@@ -306,7 +317,7 @@ class BatchCommitter:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def _sinks(self, batch_id: int, out: BatchTables, t0: float, collect_s: float) -> None:
+    def _sinks(self, batch_id: int, out: BatchOutput, t0: float, collect_s: float) -> None:
         """Step 3 of batch ``batch_id`` and its record in ``sinks-done``."""
         try:
             with self._sinks_lock:
@@ -316,7 +327,7 @@ class BatchCommitter:
             self.error = exc
             raise
 
-    def _write_sinks(self, batch_id: int, out: BatchTables, t0: float, collect_s: float) -> None:
+    def _write_sinks(self, batch_id: int, out: BatchOutput, t0: float, collect_s: float) -> None:
         if self._pool is not None:
             self._crash_once_recorded("after_record", batch_id)
         # 2. what the tasks' Kafka transactions did: a replay finds every partition committed
@@ -331,8 +342,8 @@ class BatchCommitter:
         self._tell(batch_id, out, written=not skipped)
         # 3. Delta: idempotent per (query_id, batch_id)
         td = time.monotonic()
-        self.tables.write_batch(
-            self.cfg.query_id, batch_id, out.revisions, out.late, out.dead,
+        self.tables.write_files(
+            self.cfg.query_id, batch_id, out.files, out.revisions,
             defer_latest=True,
             before_latest=lambda: self._crash_once_recorded("before_latest", batch_id),
         )
@@ -342,7 +353,7 @@ class BatchCommitter:
         self._account(batch_id, out, skipped, t0, kafka_s)
         self._steps(batch_id, collect_s, kafka_s, delta_s)
 
-    def _tell(self, batch_id: int, out: BatchTables, *, written: bool) -> None:
+    def _tell(self, batch_id: int, out: BatchOutput, *, written: bool) -> None:
         if self.on_output is not None:
             self.on_output(batch_id, out, written)
 
@@ -399,22 +410,21 @@ class BatchCommitter:
                 per[name] = per.get(name, 0.0) + getattr(timings, name)
 
     def _account(
-        self, batch_id: int, out: BatchTables, skipped: bool | None, t0: float,
+        self, batch_id: int, out: BatchOutput, skipped: bool | None, t0: float,
         kafka_s: float,
     ) -> None:
         r = self.result
         r.batches += 1
         self.last_batch_id = batch_id
-        revisions = out.revisions
-        r.revisions += revisions.num_rows
-        r.late += out.late.num_rows
-        r.dead_letters += out.dead.num_rows
-        if revisions.num_rows:
+        counts = out.counts
+        r.revisions += counts.total_revisions
+        r.late += counts.late
+        r.dead_letters += counts.total_dead
+        if counts.total_revisions:
             if r.first_revision_s is None:
                 r.first_revision_s = time.monotonic() - self.started
-            wm = pc.max(revisions.column("watermark_ms")).as_py()
-            if wm is not None:
-                r.last_watermark_ms = max(r.last_watermark_ms, int(wm))
+            if counts.watermark_ms is not None:
+                r.last_watermark_ms = max(r.last_watermark_ms, counts.watermark_ms)
         if skipped:
             r.skipped_batches += 1
         r.kafka_seconds += kafka_s

@@ -62,7 +62,7 @@ from revise.spark.committer import (
     delta_crash_point,
 )
 from revise.spark.failures import JobError, commit_failure
-from revise.spark.output import BatchTables
+from revise.spark.output import BatchOutput
 from revise.spark.rewind import rewind_unfinished
 from revise.spark.session import long_run_conf, spark_session, sql_setting
 from revise.spark.spark_log import batch_offsets, last_entry, recorded_shuffle_partitions
@@ -70,7 +70,7 @@ from revise.spark.stream import build_stream
 from revise.spark.task_output import TaskWriter, task_crash_from_env
 from revise.spark.watch import JobDriver, ProgressCallback
 from sinks.delta_tables import AfterWrite, DeltaSchemaError, DeltaTables
-from sinks.history_stage import HistoryStage
+from sinks.file_stage import FileStage
 from sinks.kafka import ProducerFencedError, end_offsets, ensure_topics
 
 if TYPE_CHECKING:
@@ -335,9 +335,9 @@ def _after_delta_write(crash: CrashHook | None, metrics: JobMetrics | None) -> A
 def _output_to(metrics: JobMetrics) -> OutputHook:
     """The committer's ``on_output``: each batch's output (after Kafka) to the metrics."""
 
-    def output(batch_id: int, out: BatchTables, kafka: bool) -> None:
-        metrics.observe_batch(batch_id, out.revisions, out.late, out.dead,
-                              open_windows=out.open_windows, written=kafka)
+    def output(batch_id: int, out: BatchOutput, kafka: bool) -> None:
+        metrics.observe_batch(batch_id, out.counts, open_windows=out.open_windows,
+                              written=kafka)
 
     return output
 
@@ -415,8 +415,8 @@ def _changelog(cfg: JobConfig) -> Callable[[], TaskWriter]:
                                kafka.consumer_conf())
 
 
-def _history_stage(cfg: JobConfig) -> HistoryStage:
-    return HistoryStage(stage_dir(cfg.checkpoint), cfg.delta.commit_interval_ms / 1000)
+def _history_stage(cfg: JobConfig) -> FileStage:
+    return FileStage(stage_dir(cfg.checkpoint), cfg.delta.commit_interval_ms / 1000)
 
 
 def _recover_history(tables: DeltaTables, query_id: str) -> None:

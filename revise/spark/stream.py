@@ -28,6 +28,7 @@ from revise.spark.operator import (
     ShardProcessor,
 )
 from revise.spark.output import MessageKinds, output_type
+from revise.spark.task_output import HistoryTarget
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -109,7 +110,9 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
     processor = ShardProcessor(cfg.engine, cfg.kafka.input_topic, fields,
                                token=f"{cfg.query_id}@{cfg.checkpoint}",
                                messages=MessageKinds(late=cfg.kafka.late_topic is not None,
-                                                     dead=cfg.kafka.dead_letter_topic is not None))
+                                                     dead=cfg.kafka.dead_letter_topic is not None),
+                               history=HistoryTarget(cfg.delta.path, None, cfg.query_id,
+                                                     cfg.revision_schema))
     return shards.transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=output_type(), outputMode="Update",
         timeMode="EventTime",

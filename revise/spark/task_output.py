@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -26,7 +27,10 @@ from sinks.kafka import ProducerFencedError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["BATCH_PROPERTY", "PRODUCER_DEFAULTS", "TASK_CRASH_POINTS", "Stamps", "TaskWriter",
+    from sinks.delta_files import DataFile
+
+__all__ = ["BATCH_PROPERTY", "PRODUCER_DEFAULTS", "TASK_CRASH_POINTS", "HistoryTarget", "Stamps",
+           "TaskWriter",
            "ZOMBIE", "batch_stamp", "set_batch", "settings", "task_crash_from_env", "write",
            "zombie_error"]
 
@@ -120,7 +124,7 @@ def write(df: DataFrame, task_settings: str) -> pa.Table:
     from pyspark.sql import DataFrame as PyDataFrame
 
     spark = df.sparkSession
-    jvm: Any = spark._jvm  # type: ignore[attr-defined]
+    jvm: Any = spark._jvm
     written = jvm.revise.jvm.TaskChangelog.write(df._jdf, task_settings)
     return PyDataFrame(written, spark).toArrow()
 
@@ -131,7 +135,10 @@ partitions of the batch committed or not)."""
 
 
 def task_crash_from_env() -> str | None:
-    """``REVISE_CRASH_AT=<task point>:<batch>[:<partition>]`` as the tasks' crash spec (tests)."""
+    """``REVISE_CRASH_AT=<task point>:<batch>[:<partition>]`` as the tasks' crash spec (tests).
+
+    Without a partition, the first task of the batch to reach the point crashes (``*``).
+    """
     import os
 
     spec = os.environ.get("REVISE_CRASH_AT") or ""
@@ -139,7 +146,7 @@ def task_crash_from_env() -> str | None:
     if point not in TASK_CRASH_POINTS:
         return None
     batch, _, partition = rest.partition(":")
-    return f"{point}:{int(batch or 0)}:{int(partition or 0)}"
+    return f"{point}:{int(batch or 0)}:{int(partition) if partition else '*'}"
 
 
 ZOMBIE: Final = "revise.jvm.TaskChangelog$ZombieException"
@@ -154,6 +161,35 @@ def zombie_error(exc: BaseException) -> ProducerFencedError | None:
         return None
     detail = text[i + len(ZOMBIE):].lstrip(": ").splitlines()[0]
     return ProducerFencedError(f"this instance was fenced: {detail}")
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryTarget:
+    """Where a shard call writes its history rows' data files (pickled into the operator).
+
+    Attributes:
+        path: The Delta root (``--delta-path``).
+        storage_options: delta-rs storage options (None: from the environment).
+        query_id: The job's query id (the ``late`` and ``dead_letter`` rows carry it).
+        revision_schema: The job's revision schema (the tables' schemas follow from it).
+    """
+
+    path: str
+    storage_options: Mapping[str, str] | None
+    query_id: str
+    revision_schema: pa.Schema
+
+    def write(self, batch_id: int, shard: int, revisions: pa.Table, late: pa.Table,
+              dead: pa.Table) -> dict[str, list[DataFile]]:
+        """Write one shard call's rows as one data file per history table that has rows."""
+        from sinks.delta_history import history_rows, write_rows
+        from sinks.delta_schema import arrow_schema
+        from sinks.delta_txn import DeltaRoot
+
+        root = DeltaRoot(self.path, dict(self.storage_options) if self.storage_options else None)
+        return write_rows(root, lambda t: arrow_schema(t, self.revision_schema),
+                          history_rows(self.query_id, revisions, late, dead),
+                          prefix=f"b{batch_id}-s{shard}")
 
 
 class TaskWriter:

@@ -150,46 +150,52 @@ def adopt(bootstrap_servers: str, topic: str, query_id: str, partitions: int, *,
           timeout_s: float = _TIMEOUT_S) -> int:
     """Fence every older writer of the query's partitions and take them under a new epoch.
 
-    For each partition: ``init_transactions`` with its id (an older producer of it, a zombie
-    job's task, can commit nothing after that; its open transaction is aborted), then one
-    transaction that recommits the partition's progress unchanged but for the epoch. Returns
-    the epoch (one more than the highest recorded), which the job's tasks carry.
+    First ``init_transactions`` with each partition's id: an older producer of it (a zombie
+    job's task, a crashed run's) can commit nothing after that, and the transaction it left
+    open is aborted, so the partitions' progress is stable. Then the progress is read, and
+    each partition recommits it unchanged but for the epoch: one more than the highest
+    recorded, which is returned and which the job's tasks carry.
 
     Raises:
         ChangelogError: a partition could not be taken over.
     """
     ensure_progress_partitions(bootstrap_servers, topic, partitions,
                                client_config=producer_config, timeout_s=timeout_s)
-    before = read_progress(bootstrap_servers, topic, query_id, partitions,
-                           client_config=consumer_config, timeout_s=timeout_s)
-    epoch = max((p.epoch for p in before), default=-1) + 1
-    meta = Consumer({**client_conf(bootstrap_servers, consumer_config), **client_logging(),
+    meta = Consumer({**client_conf(bootstrap_servers, consumer_config),
                      "group.id": group_id(query_id)}).consumer_group_metadata()
 
-    def take(progress: PartitionProgress) -> None:
-        conf = {**client_conf(bootstrap_servers, producer_config), **client_logging(),
-                **DEFAULT_PRODUCER_CONFIG,
-                "transactional.id": transactional_id(query_id, progress.partition)}
+    def fence(partition: int) -> Producer:
+        conf = {**client_conf(bootstrap_servers, producer_config), **DEFAULT_PRODUCER_CONFIG,
+                "transactional.id": transactional_id(query_id, partition)}
         producer = Producer(conf)
         try:
             producer.init_transactions(timeout_s)
-            # Read again under this producer: a zombie may have committed in between.
-            now = read_progress(bootstrap_servers, topic, query_id, partitions,
-                                client_config=consumer_config, timeout_s=timeout_s)
-            mine = now[progress.partition]
-            ours = PartitionProgress(mine.partition, mine.batch, epoch, mine.emitted_at_ms)
-            producer.begin_transaction()
-            producer.send_offsets_to_transaction(
-                [TopicPartition(topic, mine.partition, mine.batch + 1, ours.metadata())],
-                meta, timeout_s)
-            producer.commit_transaction(timeout_s)
         except KafkaException as e:
-            msg = (f"cannot take over partition {progress.partition} of query {query_id!r}: "
+            msg = (f"cannot take over partition {partition} of query {query_id!r}: "
                    f"{kafka_error(e) or e}")
             raise ChangelogError(msg) from e
-        finally:
-            producer.flush(0)
+        return producer
 
     with ThreadPoolExecutor(min(8, partitions), thread_name_prefix="revise-adopt") as pool:
+        producers = list(pool.map(fence, range(partitions)))
+        before = read_progress(bootstrap_servers, topic, query_id, partitions,
+                               client_config=consumer_config, timeout_s=timeout_s)
+        epoch = max((p.epoch for p in before), default=-1) + 1
+
+        def take(progress: PartitionProgress) -> None:
+            producer = producers[progress.partition]
+            ours = PartitionProgress(progress.partition, progress.batch, epoch,
+                                     progress.emitted_at_ms)
+            try:
+                producer.begin_transaction()
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(topic, ours.partition, ours.batch + 1, ours.metadata())],
+                    meta, timeout_s)
+                producer.commit_transaction(timeout_s)
+            except KafkaException as e:
+                msg = (f"cannot take over partition {progress.partition} of query "
+                       f"{query_id!r}: {kafka_error(e) or e}")
+                raise ChangelogError(msg) from e
+
         list(pool.map(take, before))
     return epoch

@@ -284,8 +284,9 @@ public final class TaskChangelog {
 
   /**
    * A test's crash point ({@code settings.crash} = {@code point:batch:partition}): at the first
-   * batch at or after {@code batch}, in that partition's task, SIGKILL the process that started
-   * this JVM (the job's Python driver, in local mode) and halt. Tests only.
+   * batch at or after {@code batch}, in that partition's task ({@code *}: the first task to get
+   * there), SIGKILL the process that started this JVM (the job's Python driver, in local mode)
+   * and halt. Tests only.
    */
   private static void crash(JsonNode s, String point, int partition) {
     JsonNode spec = s.get("crash");
@@ -294,7 +295,8 @@ public final class TaskChangelog {
     }
     String[] f = spec.asText().split(":");
     if (!f[0].equals(point) || s.get("batch_id").asLong() < Long.parseLong(f[1])
-        || partition != Integer.parseInt(f[2]) || !CRASHED.compareAndSet(false, true)) {
+        || !(f[2].equals("*") || partition == Integer.parseInt(f[2]))
+        || !CRASHED.compareAndSet(false, true)) {
       return;
     }
     ProcessHandle.current().parent().ifPresent(ProcessHandle::destroyForcibly);
