@@ -98,7 +98,7 @@ Each Delta commit adds a file to the table's log and each commit costs more as t
 one per micro-batch on the 500 ms trigger made the four tables' writes 37 → 105 ms per batch
 over 2,400 micro-batches (docs/lab/benchmarks-diary.md). 5 s is ten micro-batches of a steady stream
 per commit while ``revision_history`` trails the changelog by seconds; a micro-batch that takes
-longer than that (a big backlog) is appended at once (``sinks.history_stage``)."""
+longer than that (a big backlog) is committed at once (``sinks.file_stage``)."""
 
 _QUERY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -177,7 +177,7 @@ class DeltaOutput:
         path: Folder (or URI) holding the Delta tables.
         commit_interval_ms: Least time between two commits of the Delta history tables
             (``revisions``, ``late``, ``dead_letter``; the micro-batches in between wait in
-            ``<checkpoint>/delta-staged``, ``sinks.history_stage``) and between two MERGEs
+            ``<checkpoint>/delta-files``, ``sinks.file_stage``) and between two MERGEs
             into ``latest`` (``--delta-commit-interval``). 0: every micro-batch.
         log_retention_ms: How long the four Delta tables keep their log's commit files
             (``--delta-log-retention``, ``delta.logRetentionDuration``; at least

@@ -205,10 +205,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``revise run``."""
     if args.print_config:
         settings = kafka_settings(args, probe=False)
+        from revise.spark.task_output import PRODUCER_DEFAULTS
         from sinks.kafka.changelog_config import DEFAULT_PRODUCER_CONFIG
 
         print(render_client_configs(settings, revise_client_configs(
-            settings, query_id=args.query_id, producer_defaults=DEFAULT_PRODUCER_CONFIG)))
+            settings, query_id=args.query_id, producer_defaults=DEFAULT_PRODUCER_CONFIG,
+            task_producer_defaults=PRODUCER_DEFAULTS)))
         return 0
     # Options and the checkpoint's state layout first (exit 2 with the fix), before any Kafka
     # client or Spark starts.

@@ -177,7 +177,7 @@ class BatchCommitter:
         self.result = result
         self.crash_hook = crash_hook
         self.started = time.monotonic()
-        self._stamps = Stamps(cfg.checkpoint)
+        self._stamps: Stamps | None = None  # read from the checkpoint at the first batch
         self._task_crash_told = False
         self.last_batch_id: int | None = None
         self.error: BaseException | None = None
@@ -267,6 +267,8 @@ class BatchCommitter:
             set_input_end(spark, read)
             if self.bounded is not None and self.bounded.start_batch(read, control):
                 self.tables.end_staging()  # the close's FINALs: no staging them for the stop
+            if self._stamps is None:
+                self._stamps = Stamps(self.cfg.checkpoint)
             emitted_at = self._stamps.of(batch_id, int(time.time() * 1000))
             set_batch(spark, emitted_at)
             self._crash("before_kafka", batch_id)

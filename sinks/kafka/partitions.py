@@ -35,7 +35,7 @@ from sinks.kafka.errors import ChangelogError, kafka_error
 from sinks.kafka.logs import client_conf, client_logging
 
 __all__ = ["PartitionProgress", "adopt", "ensure_progress_partitions", "frame", "group_id",
-           "read_progress", "transactional_id"]
+           "last_committed", "read_progress", "transactional_id"]
 
 _TIMEOUT_S: Final = 60.0
 _LEN = struct.Struct(">i")
@@ -122,10 +122,13 @@ def ensure_progress_partitions(bootstrap_servers: str, topic: str, partitions: i
     await_topics(admin, [topic], timeout_s=timeout_s)
 
 
-def read_progress(bootstrap_servers: str, topic: str, query_id: str, partitions: int, *,
+def read_progress(bootstrap_servers: str, topic: str, query_id: str,
+                  partitions: int | None = None, *,
                   client_config: Mapping[str, Any] | None = None,
                   timeout_s: float = _TIMEOUT_S) -> list[PartitionProgress]:
     """Each state partition's committed progress (``read_committed``: stable offsets only).
+
+    ``partitions``: how many (None: as many as the progress topic has).
 
     Raises:
         ChangelogError: the offsets could not be read.
@@ -134,6 +137,11 @@ def read_progress(bootstrap_servers: str, topic: str, query_id: str, partitions:
                          "group.id": group_id(query_id), "enable.auto.commit": False,
                          "isolation.level": "read_committed"})
     try:
+        if partitions is None:
+            md = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
+            if md.error is not None:
+                raise KafkaException(md.error)
+            partitions = len(md.partitions)
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         got = consumer.committed(tps, timeout=timeout_s)
     except KafkaException as e:
@@ -142,6 +150,12 @@ def read_progress(bootstrap_servers: str, topic: str, query_id: str, partitions:
     finally:
         consumer.close()
     return [PartitionProgress.of(tp.partition, tp.offset, tp.metadata) for tp in got]
+
+
+def last_committed(progress: list[PartitionProgress]) -> PartitionProgress | None:
+    """The partition that committed the highest micro-batch (None: none committed any)."""
+    done = [p for p in progress if p.batch >= 0]
+    return max(done, key=lambda p: p.batch) if done else None
 
 
 def adopt(bootstrap_servers: str, topic: str, query_id: str, partitions: int, *,

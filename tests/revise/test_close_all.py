@@ -29,9 +29,9 @@ from revise.spark.close_all import (
 )
 from revise.spark.committer import BatchCommitter, JobResult
 from revise.spark.output import MessageKinds, decode_output, encode_output, stamp
-from sinks.kafka import decode_revision_row, revision_key
 from revise.spark.spark_log import batch_offsets, last_entry
 from revise.spark.task_output import BATCH_PROPERTY
+from sinks.kafka import decode_revision_row, revision_key
 
 
 def _commands(path: Path) -> list[dict]:

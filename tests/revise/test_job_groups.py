@@ -52,7 +52,8 @@ CASES: dict[str, tuple[JobConfig, str]] = {
             once=True, metrics_port=9100),
         '{"query_id": "q1", "input_topic": "in", "window": "hopping:10s:5s", "grace_ms": 0, '
         '"watermark_delay_ms": 2000, "aggs": ["count", "sum"], "mode": "watermark", '
-        '"shards": 3, "fields": ["user", "time", "amount"], "state_layout": "log", "output": "tasks"}',
+        '"shards": 3, "fields": ["user", "time", "amount"], "state_layout": "log", '
+        '"output": "tasks"}',
     ),
     "fn_field_iso_emit": (
         JobConfig(

@@ -15,7 +15,7 @@ import pyarrow as pa
 from test_job_options import config
 from test_overlap_commit import _ROW, _Batch, _Changelog, _output, _Tables
 
-from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from revise.records import REVISION_SCHEMA
 from revise.spark import committer as committer_module
 from revise.spark.committer import BatchCommitter, JobResult
 from revise.spark.watch import JobDriver

@@ -215,9 +215,15 @@ public final class TaskChangelog {
           }
           slot.producer.beginTransaction();
           slot.open = true;
+          List<java.util.concurrent.Future<?>> sent = new ArrayList<>(messages.size());
           for (ProducerRecord<byte[], byte[]> m : messages) {
-            slot.producer.send(m);
+            sent.add(slot.producer.send(m));
           }
+          // The messages first: a producer fenced since its last transaction learns it from
+          // their responses, before the offsets (whose request would otherwise wait out
+          // max.block.ms behind the fatal error).
+          slot.producer.flush();
+          failure(sent);
           TopicPartition tp = new TopicPartition(s.get("progress_topic").asText(), partition);
           ObjectNode meta = JSON.createObjectNode();
           meta.put("epoch", epoch);
@@ -267,16 +273,7 @@ public final class TaskChangelog {
       sent.add(slot.producer.send(m));
     }
     slot.producer.flush();
-    try {
-      for (java.util.concurrent.Future<?> f : sent) {
-        f.get();
-      }
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new KafkaException("interrupted while sending the changelog", e);
-    } catch (java.util.concurrent.ExecutionException e) {
-      throw new KafkaException("the changelog could not be sent: " + e.getCause(), e.getCause());
-    }
+    failure(sent);
   }
 
   private static final java.util.concurrent.atomic.AtomicBoolean CRASHED =
@@ -301,6 +298,24 @@ public final class TaskChangelog {
     }
     ProcessHandle.current().parent().ifPresent(ProcessHandle::destroyForcibly);
     Runtime.getRuntime().halt(137);
+  }
+
+  /** The first failed send, as the exception the producer raised for it. */
+  private static void failure(List<java.util.concurrent.Future<?>> sent) {
+    for (java.util.concurrent.Future<?> f : sent) {
+      try {
+        f.get();
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new KafkaException("interrupted while sending the changelog", e);
+      } catch (java.util.concurrent.ExecutionException e) {
+        Throwable cause = e.getCause();
+        if (cause instanceof KafkaException) {
+          throw (KafkaException) cause;
+        }
+        throw new KafkaException("the changelog could not be sent: " + cause, cause);
+      }
+    }
   }
 
   private static boolean fenced(Throwable e) {
