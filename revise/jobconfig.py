@@ -212,8 +212,9 @@ class SparkTuning:
         shuffle_partitions: ``spark.sql.shuffle.partitions`` of a new checkpoint (the stateful
             operator's task count per micro-batch); None: the shard count, at most the
             session's own setting. Spark keeps a checkpoint's first value on restarts.
-        overlap_commit: Write a micro-batch's Kafka transaction and Delta tables while Spark
-            computes the next micro-batch (``--overlap-commit``), not before Spark records it;
+        overlap_commit: Commit a micro-batch's Delta writes while Spark computes the next
+            micro-batch (``--overlap-commit``; its Kafka transactions are the tasks', inside
+            the batch), not before Spark records it;
             still exactly once: a start rewinds Spark's record of a batch whose writes a crash
             cut short (``revise.spark.rewind``). Needs a local or mounted ``--checkpoint``.
     """

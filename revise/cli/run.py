@@ -77,8 +77,9 @@ def add_parser(sub: Any) -> None:
                         "(default: each table's own, Delta's 30 days; a run of days on a local "
                         "disk wants 1d or less, docs/RELIABILITY.md)")
     p.add_argument("--overlap-commit", action="store_true",
-                   help="write each micro-batch's Kafka transaction and Delta tables while "
-                        "Spark computes the next one, instead of before it starts; still "
+                   help="commit each micro-batch's Delta writes while Spark computes the "
+                        "next one, instead of before it starts (the Kafka transactions are "
+                        "the stateful tasks', inside the batch); still "
                         "exactly once (a restart reruns a batch whose writes a crash cut "
                         "short); needs a local or mounted --checkpoint")
     p.add_argument("--once", action="store_true",

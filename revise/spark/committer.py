@@ -334,7 +334,8 @@ class BatchCommitter:
             self._crash_once_recorded("after_record", batch_id)
         # 2. what the tasks' Kafka transactions did: a replay finds every partition committed
         kafka_s = sum(float(r.get("seconds", 0.0)) for r in out.reports)
-        skipped = bool(out.reports) and all(r.get("skipped") for r in out.reports)
+        writers = [r for r in out.reports if r.get("messages")]  # tasks with messages
+        skipped = bool(writers) and all(r.get("skipped") for r in writers)
         if out.empty:
             self._account(batch_id, out, None, t0, kafka_s)
             self._steps(batch_id, collect_s, kafka_s, 0.0)

@@ -336,7 +336,7 @@ def _output_to(metrics: JobMetrics) -> OutputHook:
     """The committer's ``on_output``: each batch's output (after Kafka) to the metrics."""
 
     def output(batch_id: int, out: BatchOutput, kafka: bool) -> None:
-        metrics.observe_batch(batch_id, out.counts, open_windows=out.open_windows,
+        metrics.observe_batch(batch_id, out.fresh_counts(), open_windows=out.open_windows,
                               written=kafka)
 
     return output

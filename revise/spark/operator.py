@@ -261,7 +261,16 @@ def _apply(engine: Engine, step: Step, dead: list[pa.Table], revision_schema: pa
              history.write(step.batch_id, shard, revs, late_table, dead_table))
     return encode_output(revisions=revs, late=late_table, dead=dead_table,
                          revision_schema=revision_schema, files=files,
-                         open_windows=(shard, engine.open_windows), messages=messages)
+                         open_windows=(shard, engine.open_windows), messages=messages,
+                         partition=_partition_id())
+
+
+def _partition_id() -> int:
+    """The running task's partition: the state partition it computes."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx else 0
 
 
 def _batch_id() -> int:

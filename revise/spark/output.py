@@ -62,7 +62,8 @@ OPEN_KIND: Final = "open"
 """The kind of the row in which a shard reports its open windows (``rows``; no payload)."""
 
 COUNTS_KIND: Final = "counts"
-"""The kind of the row holding a shard call's :class:`BatchCounts` (JSON)."""
+"""The kind of the row holding a shard call's :class:`BatchCounts` (JSON; ``rows`` = its state
+partition)."""
 
 FILE_KIND: Final = "file:"
 """Prefix of the kind of a row holding one data file's record; the rest is the table."""
@@ -171,6 +172,7 @@ class BatchOutput:
             revision order, for the MERGE into ``latest``.
         files: The history tables' data files the tasks wrote, by table.
         counts: What the batch produced, counted.
+        partition_counts: The same, per state partition.
         open_windows: Open windows after the batch, per shard the batch called (the job's
             ``revise_open_windows`` metric, ``revise.ops.metrics``).
         reports: What each task that wrote messages did (``partition``, ``attempt``,
@@ -181,6 +183,7 @@ class BatchOutput:
     revisions: pa.Table
     files: dict[str, list[DataFile]] = field(default_factory=dict)
     counts: BatchCounts = field(default_factory=BatchCounts)
+    partition_counts: dict[int, BatchCounts] = field(default_factory=dict)
     open_windows: dict[int, int] = field(default_factory=dict)
     reports: tuple[dict[str, Any], ...] = ()
 
@@ -188,6 +191,20 @@ class BatchOutput:
     def empty(self) -> bool:
         """True when the batch produced nothing at all."""
         return self.counts.empty
+
+    def fresh_counts(self) -> BatchCounts:
+        """The counts of the partitions whose Kafka transaction this run committed.
+
+        A partition that had committed the batch before (a replay after a crash; its report
+        says ``skipped``) is left out, so a metric counts each record once.
+        """
+        skipped = {int(r["partition"]) for r in self.reports
+                   if r.get("skipped") and r.get("messages")}
+        total = BatchCounts()
+        for partition, counts in self.partition_counts.items():
+            if partition not in skipped:
+                total = total + counts
+        return total
 
 
 def output_type() -> StructType:
@@ -205,14 +222,16 @@ def encode_output(*, revisions: pa.Table, late: pa.Table, dead: pa.Table,
                   revision_schema: pa.Schema = REVISION_SCHEMA,
                   files: Mapping[str, Sequence[DataFile]] | None = None,
                   open_windows: tuple[int, int] | None = None,
-                  messages: MessageKinds = REVISIONS_ONLY) -> pd.DataFrame | None:
+                  messages: MessageKinds = REVISIONS_ONLY,
+                  partition: int = 0) -> pd.DataFrame | None:
     """A shard call's output → the operator's rows (None when there is nothing to say).
 
     ``revisions`` (in ``revision_schema``, each window's in revision order, a close-all's FINALs
     last, already stamped, :func:`stamp`), ``late`` and ``dead`` give the Kafka messages of the
     kinds ``messages`` asks for and the counts; ``revisions`` also the ``revision`` chunks for
     ``latest``. ``files``: the data files the worker wrote for them. ``open_windows``
-    ``(shard, count)``: the shard's open windows after the call.
+    ``(shard, count)``: the shard's open windows after the call. ``partition``: the state
+    partition of the task (the ``counts`` row's ``rows``).
     """
     rows: list[tuple[str, int, bytes]] = []
     if open_windows is not None:
@@ -220,7 +239,7 @@ def encode_output(*, revisions: pa.Table, late: pa.Table, dead: pa.Table,
         rows.append((OPEN_KIND, count, str(shard).encode()))
     counts = BatchCounts.of(revisions, late, dead)
     if not counts.empty:
-        rows.append((COUNTS_KIND, 0, counts.to_json()))
+        rows.append((COUNTS_KIND, partition, counts.to_json()))
     for i, (kind, table) in enumerate((("revision", revisions), ("late", late),
                                        ("dead", dead))):
         if table.num_rows and messages.wants(kind):
@@ -284,7 +303,7 @@ def decode_output(collected: pa.Table,
     counts = collected.column("rows")
     chunks: list[pa.Table] = []
     files: dict[str, list[DataFile]] = {}
-    total = BatchCounts()
+    by_partition: dict[int, BatchCounts] = {}
     open_windows: dict[int, int] = {}
     reports: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
@@ -294,10 +313,15 @@ def decode_output(collected: pa.Table,
             files.setdefault(kind[len(FILE_KIND):], []).append(
                 DataFile.from_json(payloads[i].as_py()))
         elif kind == COUNTS_KIND:
-            total = total + BatchCounts.from_json(payloads[i].as_py())
+            p = int(counts[i].as_py())
+            by_partition[p] = by_partition.get(p, BatchCounts()) + BatchCounts.from_json(
+                payloads[i].as_py())
         elif kind == OPEN_KIND:
             open_windows[int(payloads[i].as_py())] = int(counts[i].as_py())
         elif kind == REPORT_KIND:
             reports.append(json.loads(payloads[i].as_py()))
     revisions = pa.concat_tables(chunks) if chunks else revision_schema.empty_table()
-    return BatchOutput(revisions, files, total, open_windows, tuple(reports))
+    total = BatchCounts()
+    for c in by_partition.values():
+        total = total + c
+    return BatchOutput(revisions, files, total, by_partition, open_windows, tuple(reports))

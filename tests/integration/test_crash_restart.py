@@ -118,8 +118,8 @@ def _staged(checkpoint: str) -> list[str]:
 
 
 def test_kill_with_batches_staged_for_delta_loses_and_duplicates_nothing(job_setup, tmp_path):
-    """Micro-batches Spark has recorded but whose history rows wait in the stage (a long
-    ``--delta-commit-interval``) are written by the next start, before its first batch."""
+    """Micro-batches Spark has recorded but whose history data files wait in the stage (a long
+    ``--delta-commit-interval``) are committed by the next start, before its first batch."""
     setup = job_setup("staged", window="tumbling:2s", grace_ms=3_000, max_records_per_batch=200)
     stream = generate(GeneratorConfig(events=1_000, keys=10, seed=7, disorder_ms=2_000,
                                       late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.04))
@@ -132,7 +132,7 @@ def test_kill_with_batches_staged_for_delta_loses_and_duplicates_nothing(job_set
     rc = run.wait(RUN_TIMEOUT_S)
     assert rc == -signal.SIGKILL, f"no crash (rc={rc}):\n{run.tail()}"
     assert _next_batch(setup.checkpoint) == 3, "Spark had not recorded batches 0-2"
-    assert _staged(setup.checkpoint) == ["batch-000000000001", "batch-000000000002"]
+    assert _staged(setup.checkpoint) == ["batch-000000000001.json", "batch-000000000002.json"]
     app = f"revise-{setup.query_id}"
     assert RustDeltaTable(f"{setup.delta_path}/revisions").transaction_version(app) == 0
 

@@ -146,3 +146,21 @@ def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
     (rev,) = back.revisions.to_pylist()
     assert back.revisions.schema == schema and back.counts.dead == {"missing field 'a.b'": 1}
     assert (rev["count"], rev["max_a_b"], rev["distinct_u"]) == (2, 4.0, 2)
+
+
+def test_a_replays_counts_leave_out_the_partitions_that_had_committed_it():
+    import json
+
+    import pandas as pd
+
+    a = output.encode_output(revisions=_revisions(2), late=_NO_LATE, dead=_NO_DEAD, partition=0)
+    b = output.encode_output(revisions=_revisions(3, "FINAL"), late=_late(1), dead=_NO_DEAD,
+                             partition=1)
+    reports = pd.DataFrame({
+        "kind": ["kafka", "kafka"], "rows": [2, 3],
+        "payload": [json.dumps({"partition": p, "messages": n, "skipped": p == 0}).encode()
+                    for p, n in ((0, 2), (1, 3))]})
+    out = output.decode_output(_collect(a, b, reports))
+    assert out.counts.total_revisions == 5 and out.counts.late == 1  # what the batch holds
+    fresh = out.fresh_counts()  # what this run committed: partition 1 only
+    assert (dict(fresh.revisions), fresh.late) == ({"FINAL": 3}, 1)
