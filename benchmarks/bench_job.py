@@ -210,6 +210,9 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
         "delta_tables_s": {k: round(v, 1) for k, v in result.delta_table_seconds.items()},
         # None for a --baseline tree older than the coalescing merger (one MERGE per batch).
         "latest_merges": getattr(result, "latest_merges", None),
+        # The bytes the driver collected from the tasks (None: a tree that did not count them).
+        "collected_mb": (None if getattr(result, "collected_bytes", None) is None
+                         else round(result.collected_bytes / 2**20, 1)),
     }
 
 

@@ -1,10 +1,10 @@
 """The commit of a micro-batch: exactly once to the Kafka changelog and the Delta tables.
 
 :class:`BatchCommitter` is the query's ``foreachBatch`` sink; its ``__call__`` docstring numbers
-the whole commit sequence once (1–4, with the Kafka sub-steps 2a–2e and the Delta sub-steps
-3a–3d) and names the crash points the crash tests kill the process at. The sinks' docstrings
-(:meth:`sinks.kafka.writer.TransactionalChangelog.commit_batch`,
-:meth:`sinks.delta_tables.DeltaTables.write_batch`) and code comments use the same numbers.
+the whole commit sequence once (1–4, with the tasks' Kafka sub-steps 1a–1d and the Delta
+sub-steps 3a–3e) and names the crash points the crash tests kill the process at. The tasks'
+writer (``revise/infra/java/revise/jvm/TaskChangelog.java``), :meth:`sinks.delta_tables.
+DeltaTables.write_files` and code comments use the same numbers.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ OutputHook = Callable[[int, BatchOutput, bool], None]
 is empty, once collected); ``written`` is False for a replay whose transaction was found
 committed, and for an empty batch."""
 
-CRASH_POINTS: Final = ("before_kafka", "before_kafka_commit", "after_kafka", "during_delta",
-                       "after_delta", "before_latest", "after_record")
-"""Where :meth:`BatchCommitter.__call__` calls its crash hook (named under steps 1–3)."""
+CRASH_POINTS: Final = ("before_kafka", "after_kafka", "during_delta", "after_delta",
+                       "before_latest", "after_record")
+"""Where :meth:`BatchCommitter.__call__` calls its crash hook (named under steps 1–3); the
+tasks' own points are ``revise.spark.task_output.TASK_CRASH_POINTS``."""
 
 RECENT_PROGRESS: Final = 64
 """How many of the latest Spark progress reports a :class:`JobResult` keeps."""
@@ -68,6 +69,7 @@ class JobResult:
         commit_seconds: Time in the committer (s), of which ``collect_seconds`` computing and
             collecting the batch, ``kafka_seconds`` the Kafka transaction and
             ``delta_seconds`` the Delta writes; ``delta_table_seconds`` per table.
+        collected_bytes: Bytes the driver collected from the tasks (Arrow, decoded size).
         latest_merges: MERGEs into ``latest`` (one covers one or more micro-batches).
         last_watermark_ms: The highest watermark a committed revision carried (ms).
         stopped_by_signal: The run ended because the stop event was set.
@@ -86,6 +88,7 @@ class JobResult:
     seconds: float = 0.0
     commit_seconds: float = 0.0
     collect_seconds: float = 0.0
+    collected_bytes: int = 0
     kafka_seconds: float = 0.0
     delta_seconds: float = 0.0
     delta_table_seconds: dict[str, float] = field(default_factory=dict)
@@ -206,33 +209,38 @@ class BatchCommitter:
         The commit sequence (the one numbering of it; the same numbers mark the code here and
         in the sinks; crash points in brackets):
 
-        1. Collect: compute the batch and collect it to the driver (the stateful operator's
-           Arrow chunks, decoded into revisions, too-late records and dead letters); stamp
-           ``emitted_at_ms`` with the wall clock, once, so Kafka and Delta carry one value.
-           A batch with no output at all ends here. [``before_kafka``: nothing written]
-        2. Kafka, one transaction (``TransactionalChangelog.commit_batch``):
-           2a. skip if the progress topic already holds this batch (a replay; the revisions
-               are re-stamped with the ``emitted_at_ms`` the committed marker carries, so
-               Delta gets what Kafka has);
-           2b. begin the transaction;
-           2c. produce the revisions (key = the window), too-late records, dead letters;
-           2d. produce the progress marker (query_id, batch_id, emitted_at_ms);
-               [``before_kafka_commit``: inside the open transaction]
-           2e. commit. On any error the transaction is aborted and the error raised, which
-               fails the query loudly; a fenced producer (another instance took over this
-               query id) raises ``ProducerFencedError``.
-           [``after_kafka``: Kafka committed, Delta not written]
-        3. Delta (``DeltaTables.write_batch``, from the same Arrow tables), each write
-           tagged with the app transaction (revise-<query_id>, batch_id) so a replayed batch
-           is a no-op. 3a–3c run at once when the last history commit is older than
-           ``--delta-commit-interval``; otherwise the batch is staged (written durably to
-           ``<checkpoint>/delta-staged``) and they run for all staged batches, tagged with the
-           highest id, once the interval has passed (``sinks.history_stage``; the next start
-           writes a crash's staged batches before its first micro-batch):
-           3a. append ``revisions``; [``during_delta``: after 3a, the others in any state;
-               also after 3a of a staged commit made between micro-batches or at the stop]
-           3b. append ``late``;
-           3c. append ``dead_letter``;
+        1. Run the batch in the tasks. The driver first records the batch's ``emitted_at_ms``
+           in the checkpoint (a replay reuses it) and hands it and the input's end offsets to
+           the tasks; [``before_kafka``: nothing written]. Each stateful task computes its
+           shards, writes their history rows as Delta data files (invisible until committed)
+           and, in the same task, its partition's messages to Kafka
+           (``revise.jvm.TaskChangelog``):
+           1a. skip if the partition's progress (the committed offset of the group
+               ``revise-<query_id>``) is at this batch or past it (a replay);
+           1b. begin the partition's transaction; produce its revisions (key = the window),
+               too-late records and dead letters; flush;
+           1c. send the progress (offset ``batch_id + 1``, epoch, ``emitted_at_ms``) into the
+               transaction; [``before_kafka_commit``: inside the open transaction, in the
+               first task to get there]
+           1d. commit. [``after_partition_commit``: that partition committed, the others in
+               any state] A fenced producer (another attempt of the task) is replaced and the
+               partition retried from 1a; a higher epoch in the progress (a newer instance of
+               the query) fails the task: this instance is a zombie and stops.
+           The driver collects the tasks' reports, their data files' records, counts and the
+           revisions for ``latest``. A batch with no output at all ends here.
+        2. Account the tasks' Kafka reports (a batch every writing partition skipped is a
+           replay). [``after_kafka``: Kafka committed, Delta not written]
+        3. Delta (``DeltaTables.write_files``), each commit tagged with the app transaction
+           (revise-<query_id>, batch_id) so a replayed batch is a no-op. The batch's file
+           records are staged (``<checkpoint>/delta-files``) and 3a–3c commit every staged
+           batch, tagged with the highest id, once ``--delta-commit-interval`` has passed since
+           the last commit (``sinks.file_stage``; the next start commits a crash's staged
+           batches before its first micro-batch):
+           3a. commit ``revisions``' files; [``during_delta``: after 3a, the others in any
+               state; also after 3a of a staged commit made between micro-batches or at the
+               stop]
+           3b. commit ``late``'s files;
+           3c. commit ``dead_letter``'s files;
            3d. MERGE ``latest`` (only a higher revision replaces a row), in the background:
                it runs while Spark computes the next batches, and one MERGE covers the
                batches that arrived meanwhile, at least the interval apart
@@ -245,7 +253,7 @@ class BatchCommitter:
            [``after_delta``: 3a–3c written, 3d running, Spark has not recorded the batch]
         4. Return: Spark records the batch in its commit log. A crash anywhere before this
            replays the batch with the same offsets and state, so the same revisions, and
-           steps 2 and 3 turn the replay into no-ops where they already happened.
+           steps 1 and 3 turn the replay into no-ops where they already happened.
 
         With ``--overlap-commit`` (``JobConfig.overlap_commit``) steps 2–3 run on a background
         thread: the call returns after step 1, Spark records the batch and computes the next
@@ -274,8 +282,9 @@ class BatchCommitter:
             self._crash("before_kafka", batch_id)
             self._arm_task_crash(batch_id)
             # 1-2. compute the batch; each task commits its partition's messages to Kafka
-            out = decode_output(write(df, self.changelog.settings(batch_id, emitted_at)),
-                                self.cfg.revision_schema)
+            collected = write(df, self.changelog.settings(batch_id, emitted_at))
+            self.result.collected_bytes += collected.nbytes
+            out = decode_output(collected, self.cfg.revision_schema)
             collect_s = time.monotonic() - t0
             self.result.collect_seconds += collect_s
             if self._pool is None:
