@@ -50,10 +50,23 @@ def write_rows(root: DeltaRoot, schema: Callable[[str], pa.Schema],
 
     Tables without rows get none; ``prefix`` starts the files' names (``b<batch>-s<shard>``).
     The files are invisible until a commit names them.
+
+    Raises:
+        DeltaWriteError: a file could not be written (the message names the table's path).
     """
-    return {name: [write_data_file(root.table_path(name), conform(rows, schema(name)),
-                                   prefix=prefix, storage_options=root.storage_options)]
-            for name, rows in history.items() if rows.num_rows}
+    files: dict[str, list[DataFile]] = {}
+    for name, rows in history.items():
+        if not rows.num_rows:
+            continue
+        where = root.table_path(name)
+        try:
+            files[name] = [write_data_file(where, conform(rows, schema(name)), prefix=prefix,
+                                           storage_options=root.storage_options)]
+        except (OSError, ValueError) as e:
+            msg = (f"writing the Delta data file {prefix} under {where!r} failed "
+                   f"({type(e).__name__}: {e}); the micro-batch is replayed on restart")
+            raise DeltaWriteError(msg) from e
+    return files
 
 
 def _add_query_id(table: pa.Table, query_id: str) -> pa.Table:
