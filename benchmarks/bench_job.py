@@ -6,8 +6,8 @@ memory), one after the other on the same input:
 
 - ``revision-eos``: ``revise run --once`` in revision mode with the exactly-once changelog;
 - ``revision-plain``: the same with a plain (non-transactional, at-least-once) producer;
-- ``revision-overlap``: ``revision-eos`` with ``--overlap-commit`` (a batch's Kafka and Delta
-  writes run while Spark computes the next batch; not in the default set);
+- ``revision-overlap``: ``revision-eos`` with ``--overlap-commit`` (a batch's Delta commits
+  run while Spark computes the next batch; not in the default set);
 - ``watermark-eos``: watermark mode, exactly-once;
 - ``spark-native``: Spark's own windowed aggregation (update mode, noop sink, same topic and
   micro-batch size, watermark delay = grace, RocksDB state store), the peer;
