@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from test_job_options import config
-from test_overlap_commit import _Batch, _Changelog, _output, _Tables
+from test_overlap_commit import NOTHING_COLLECTED, _Batch, _Changelog, _output, _Tables
 
 from revise.checkpoint import OFFSETS_LOG, spark_log_dir
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
@@ -139,7 +139,7 @@ def _unframe(payload: bytes) -> tuple[list[bytes | None], list[bytes]]:
 def test_the_committer_hands_the_batchs_input_end_to_its_tasks_and_writes_the_close(
         tmp_path, monkeypatch):
     out = _output(_revisions(0, 1, "k"))
-    monkeypatch.setattr(committer_module, "write", lambda _df, _settings: None)
+    monkeypatch.setattr(committer_module, "write", lambda _df, _settings: NOTHING_COLLECTED)
     monkeypatch.setattr(committer_module, "decode_output", lambda _collected, _schema: out)
     base = config()
     cfg = dataclasses.replace(base, checkpoint=str(tmp_path / "ckpt"),

@@ -28,6 +28,10 @@ _ROW = {"query_id": "q", "mode": "revision", "key": "k", "window_start_ms": 0,
         "batch_id": 0, "emitted_at_ms": 0, "completeness": 0.5, "est_count": 2.0}
 
 
+NOTHING_COLLECTED = pa.table({"kind": pa.array([], pa.string())})
+"""What the stand-in batch collects (its decoding is stood in for too)."""
+
+
 class _Changelog:
     """The tasks' writer as the committer sees it: the settings each batch's tasks get."""
 
@@ -88,7 +92,7 @@ def _output(revisions: pa.Table) -> BatchOutput:
 
 def _no_spark(monkeypatch: pytest.MonkeyPatch, out: BatchOutput) -> None:
     """The batch's run on Spark (its tasks writing Kafka) and its decoding: ``out``."""
-    monkeypatch.setattr(committer_module, "write", lambda _df, _settings: None)
+    monkeypatch.setattr(committer_module, "write", lambda _df, _settings: NOTHING_COLLECTED)
     monkeypatch.setattr(committer_module, "decode_output", lambda _collected, _schema: out)
 
 
@@ -126,7 +130,8 @@ def test_a_replayed_batch_gets_the_emitted_at_its_first_run_recorded(tmp_path, m
     _no_spark(monkeypatch, out)
     cfg = dataclasses.replace(config(), checkpoint=str(tmp_path))
     seen: list[str] = []
-    monkeypatch.setattr(committer_module, "write", lambda _df, settings: seen.append(settings))
+    monkeypatch.setattr(committer_module, "write",
+                        lambda _df, settings: seen.append(settings) or NOTHING_COLLECTED)
     clock = iter([1_000.0, 2_000.0, 3_000.0])
     monkeypatch.setattr(committer_module, "time", SimpleNamespace(
         time=lambda: next(clock), monotonic=time.monotonic, sleep=time.sleep))

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 from test_job_options import config
-from test_overlap_commit import _ROW, _Batch, _Changelog, _output, _Tables
+from test_overlap_commit import _ROW, NOTHING_COLLECTED, _Batch, _Changelog, _output, _Tables
 
 from revise.records import REVISION_SCHEMA
 from revise.spark import committer as committer_module
@@ -39,7 +39,7 @@ class _Query:
 
 def _driver(tmp_path, monkeypatch, query: _Query) -> tuple[JobDriver, BatchCommitter]:
     out = _output(pa.Table.from_pylist([_ROW], schema=REVISION_SCHEMA))
-    monkeypatch.setattr(committer_module, "write", lambda _df, _settings: None)
+    monkeypatch.setattr(committer_module, "write", lambda _df, _settings: NOTHING_COLLECTED)
     monkeypatch.setattr(committer_module, "decode_output", lambda _collected, _schema: out)
     cfg = dataclasses.replace(config(), checkpoint=str(tmp_path))
     committer = BatchCommitter(cfg, _Changelog(), _Tables(), JobResult("q"))  # type: ignore[arg-type]
