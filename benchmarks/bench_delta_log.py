@@ -5,11 +5,11 @@ Run: ``python -m benchmarks.bench_delta_log [--commits 6000] [--rows 600]
 
 A job on the default ``--delta-commit-interval`` (5 s) commits to ``revisions`` once per 5 s:
 17,280 commits a day, each a new file in ``_delta_log`` that Delta keeps for
-``delta.logRetentionDuration`` (30 days). This appends ``--rows`` revisions per commit through
-``DeltaTables``' own idempotent append (an app transaction per commit, the history compaction
-every 100 appends in the background, as the job does), back to back, and prints every 1,000
-commits the files in ``_delta_log`` and the median and p95 milliseconds of the last 1,000
-appends. ``--log-retention`` gives the tables a log retention as ``revise run
+``delta.logRetentionDuration`` (30 days). This commits a data file of ``--rows`` revisions
+per commit through ``DeltaTables``' own idempotent commit (an app transaction per commit, the
+history compaction every 100 commits in the background, as the job does), back to back, and
+prints every 1,000 commits the files in ``_delta_log`` and the median and p95 milliseconds of
+the last 1,000 commits. ``--log-retention`` gives the tables a log retention as ``revise run
 --delta-log-retention`` does (e.g. ``2m``: delta-rs then deletes expired log files at its
 checkpoints; back to back, two minutes hold a few thousand commits). ``--property`` sets any
 other property of ``revisions`` first.
@@ -34,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from benchmarks.bench_delta_memory import revisions
     from revise.config import parse_duration
+    from sinks.delta_history import write_rows
     from sinks.delta_tables import DeltaTables
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_delta_log",
@@ -61,9 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         for n in range(1, args.commits + 1):
-            rows = revisions(n, args.rows)
+            files = write_rows(tables._root, tables.schema, {"revisions": revisions(n, args.rows)},
+                               prefix=f"b{n}")  # as the job's tasks write them
             start = time.perf_counter()
-            tables._history.append("revisions", rows, "revise-bench", n)  # the job's append
+            tables._history.write("revise-bench", n, files, "{error}", {})  # the job's commit
             took.append(time.perf_counter() - start)
             if n % 1_000 == 0 or n == args.commits:
                 last = sorted(took[-1_000:])

@@ -21,7 +21,7 @@ stay flat (issue 11's soak).
 ``--commit-interval S`` (one child per value) writes as the job with
 ``--delta-commit-interval S`` on the default 500 ms trigger: the micro-batches are 0.5 s apart
 on a simulated clock, the history tables get one commit per ``S`` seconds through a
-:class:`sinks.history_stage.HistoryStage`, and ``latest`` one MERGE per ``S`` seconds (the
+:class:`sinks.file_stage.FileStage`, and ``latest`` one MERGE per ``S`` seconds (the
 background merger's least rest); 0 is a commit of every table per micro-batch.
 """
 
@@ -92,13 +92,13 @@ def one(batches: int, rows: int, reload_every: int, *, fresh: bool = False,
     import sinks.delta_tables as delta
     import sinks.delta_txn as txn
     from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA
-    from sinks.history_stage import HistoryStage
+    from sinks.file_stage import FileStage
 
     txn.RELOAD_EVERY = reload_every  # type: ignore[misc]  # the knob under test
     root = tempfile.mkdtemp(prefix="revise-bench-delta-")
     now = [0.0]
     stage = (None if commit_interval_s is None else
-             HistoryStage(f"{root}/stage", commit_interval_s, clock=lambda: now[0]))
+             FileStage(f"{root}/stage", commit_interval_s, clock=lambda: now[0]))
     tables = delta.DeltaTables(root, stage=stage).ensure()
     if properties:
         from deltalake import DeltaTable

@@ -6,8 +6,8 @@ memory), one after the other on the same input:
 
 - ``revision-eos``: ``revise run --once`` in revision mode with the exactly-once changelog;
 - ``revision-plain``: the same with a plain (non-transactional, at-least-once) producer;
-- ``revision-overlap``: ``revision-eos`` with ``--overlap-commit`` (a batch's Kafka and Delta
-  writes run while Spark computes the next batch; not in the default set);
+- ``revision-overlap``: ``revision-eos`` with ``--overlap-commit`` (a batch's Delta commits
+  run while Spark computes the next batch; not in the default set);
 - ``watermark-eos``: watermark mode, exactly-once;
 - ``spark-native``: Spark's own windowed aggregation (update mode, noop sink, same topic and
   micro-batch size, watermark delay = grace, RocksDB state store), the peer;
@@ -210,6 +210,9 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
         "delta_tables_s": {k: round(v, 1) for k, v in result.delta_table_seconds.items()},
         # None for a --baseline tree older than the coalescing merger (one MERGE per batch).
         "latest_merges": getattr(result, "latest_merges", None),
+        # The bytes the driver collected from the tasks (None: a tree that did not count them).
+        "collected_mb": (None if getattr(result, "collected_bytes", None) is None
+                         else round(result.collected_bytes / 2**20, 1)),
     }
 
 

@@ -26,8 +26,9 @@ from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
     "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "EMIT_POLICY_KEY",
-    "STATE_LAYOUT", "STATE_LAYOUT_KEY", "DeltaOutput", "InputFields", "JobConfig", "KafkaIO",
-    "SparkTuning", "StartingOffsets", "check_state_layout", "parse_ts_format",
+    "OUTPUT_LAYOUT", "OUTPUT_LAYOUT_KEY", "STATE_LAYOUT", "STATE_LAYOUT_KEY", "DeltaOutput",
+    "InputFields", "JobConfig", "KafkaIO", "SparkTuning", "StartingOffsets",
+    "check_state_layout", "parse_ts_format",
 ]
 
 DEFAULT_SHARDS = 8
@@ -39,6 +40,13 @@ STATE_LAYOUT = "log"
 log of steps (``revise.spark.shard_state``). Recorded in every checkpoint's ``revise-job.json``
 under :data:`STATE_LAYOUT_KEY`; a checkpoint without it, or with another value, holds its state
 in a form this version does not read (:func:`check_state_layout`)."""
+OUTPUT_LAYOUT_KEY = "output"
+OUTPUT_LAYOUT = "tasks"
+"""Who writes the output: the stateful tasks, each state partition its own Kafka transactions
+with its progress in the group ``revise-<query_id>``'s committed offsets
+(``revise.spark.task_output``). Recorded under :data:`OUTPUT_LAYOUT_KEY`; a checkpoint without
+it was written by a revise whose driver wrote one transaction per micro-batch, whose progress
+this version does not read (:func:`check_state_layout`)."""
 EMIT_POLICY_KEY = "emit_policy"
 """Recorded as ``on`` in a checkpoint's fingerprint when the job has an emit policy
 (``--emit-min-change`` / ``--emit-every``: its state keeps last emitted revisions); absent
@@ -46,25 +54,32 @@ otherwise, so checkpoints from before the options restart unchanged."""
 
 
 def check_state_layout(checkpoint: str) -> None:
-    """Refuse an existing checkpoint whose state is not in the :data:`STATE_LAYOUT` layout.
+    """Refuse an existing checkpoint of another :data:`STATE_LAYOUT` or :data:`OUTPUT_LAYOUT`.
 
     Reads only ``revise-job.json``, so ``revise run`` calls it before any Kafka client or Spark
     starts. A new checkpoint (no ``revise-job.json``) passes.
 
     Raises:
-        ConfigError: The checkpoint records no layout (one snapshot per shard, written by an
-            earlier revise) or another one.
+        ConfigError: The checkpoint records no state layout (one snapshot per shard, written
+            by an earlier revise) or another one, or no output layout (its driver wrote the
+            changelog).
     """
     have = checkpoint_fingerprint(checkpoint)
-    if have is None or have.get(STATE_LAYOUT_KEY) == STATE_LAYOUT:
+    if have is None:
         return
-    had = have.get(STATE_LAYOUT_KEY, "snapshot")
-    msg = (
-        f"--checkpoint {checkpoint} was written by the {had} state layout, which this version "
-        "no longer reads: start the job with a new --checkpoint and --query-id (its Delta "
-        "tables and changelog can stay), or finish it with the revise version that wrote it"
-    )
-    raise ConfigError(msg)
+    advice = ("start the job with a new --checkpoint and --query-id (its Delta tables and "
+              "changelog can stay), or finish it with the revise version that wrote it")
+    if have.get(STATE_LAYOUT_KEY) != STATE_LAYOUT:
+        had = have.get(STATE_LAYOUT_KEY, "snapshot")
+        msg = (f"--checkpoint {checkpoint} was written by the {had} state layout, which this "
+               f"version no longer reads: {advice}")
+        raise ConfigError(msg)
+    if have.get(OUTPUT_LAYOUT_KEY) != OUTPUT_LAYOUT:
+        msg = (f"--checkpoint {checkpoint} was written by a revise whose driver wrote the "
+               "changelog, one transaction per micro-batch; this version's stateful tasks write "
+               "it, each state partition with its own progress, and cannot tell what that one "
+               f"committed: {advice}")
+        raise ConfigError(msg)
 
 
 DEFAULT_TRIGGER_MS = 500
@@ -83,7 +98,7 @@ Each Delta commit adds a file to the table's log and each commit costs more as t
 one per micro-batch on the 500 ms trigger made the four tables' writes 37 → 105 ms per batch
 over 2,400 micro-batches (docs/lab/benchmarks-diary.md). 5 s is ten micro-batches of a steady stream
 per commit while ``revision_history`` trails the changelog by seconds; a micro-batch that takes
-longer than that (a big backlog) is appended at once (``sinks.history_stage``)."""
+longer than that (a big backlog) is committed at once (``sinks.file_stage``)."""
 
 _QUERY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -162,7 +177,7 @@ class DeltaOutput:
         path: Folder (or URI) holding the Delta tables.
         commit_interval_ms: Least time between two commits of the Delta history tables
             (``revisions``, ``late``, ``dead_letter``; the micro-batches in between wait in
-            ``<checkpoint>/delta-staged``, ``sinks.history_stage``) and between two MERGEs
+            ``<checkpoint>/delta-files``, ``sinks.file_stage``) and between two MERGEs
             into ``latest`` (``--delta-commit-interval``). 0: every micro-batch.
         log_retention_ms: How long the four Delta tables keep their log's commit files
             (``--delta-log-retention``, ``delta.logRetentionDuration``; at least
@@ -197,8 +212,9 @@ class SparkTuning:
         shuffle_partitions: ``spark.sql.shuffle.partitions`` of a new checkpoint (the stateful
             operator's task count per micro-batch); None: the shard count, at most the
             session's own setting. Spark keeps a checkpoint's first value on restarts.
-        overlap_commit: Write a micro-batch's Kafka transaction and Delta tables while Spark
-            computes the next micro-batch (``--overlap-commit``), not before Spark records it;
+        overlap_commit: Commit a micro-batch's Delta writes while Spark computes the next
+            micro-batch (``--overlap-commit``; its Kafka transactions are the tasks', inside
+            the batch), not before Spark records it;
             still exactly once: a start rewinds Spark's record of a batch whose writes a crash
             cut short (``revise.spark.rewind``). Needs a local or mounted ``--checkpoint``.
     """
@@ -350,8 +366,9 @@ class JobConfig:
         """What a checkpoint is tied to: changing any of these needs a new checkpoint.
 
         The bare ``--aggs`` form records its list of names (``["count", "sum"]``); the state
-        layout is recorded under :data:`STATE_LAYOUT_KEY` (a checkpoint without it cannot
-        restart: :func:`check_state_layout`). The ``FN(FIELD)`` form
+        layout is recorded under :data:`STATE_LAYOUT_KEY` and the output's under
+        :data:`OUTPUT_LAYOUT_KEY` (a checkpoint without them cannot restart:
+        :func:`check_state_layout`). The ``FN(FIELD)`` form
         records the whole ``--aggs`` text and a non-default ``--ts-format`` is recorded under
         its own key. An emit policy (``--emit-min-change`` / ``--emit-every``) is recorded as
         ``emit_policy: on``, without its thresholds: those may change on a restart.
@@ -372,6 +389,7 @@ class JobConfig:
         if self.input.ts_format != "epoch_ms":
             out["ts_format"] = self.input.ts_format
         out[STATE_LAYOUT_KEY] = STATE_LAYOUT
+        out[OUTPUT_LAYOUT_KEY] = OUTPUT_LAYOUT
         if e.emit_policy is not None:  # the state keeps last emitted revisions; not the values
             out[EMIT_POLICY_KEY] = "on"
         return out

@@ -21,9 +21,14 @@ Both are written by the job's driver from one micro-batch held as Arrow tables, 
   micro-batches that arrived while the last one ran (their highest revision per window), a
   bounded backlog, and a failed MERGE stopping every later one (the job's next start redoes
   them from ``revisions``).
-- :mod:`sinks.history_stage` — the history tables' commits decoupled from the micro-batch:
-  the batches of the last few seconds wait durably in the checkpoint folder and go in one
-  append per table (the job's next start writes what a crash left there).
+- :mod:`sinks.delta_files` — a history table's data files, written where the rows are (the
+  job's stateful tasks), committed by the driver from their records, idempotently.
+- :mod:`sinks.file_stage` — the history tables' commits decoupled from the micro-batch: the
+  file records of the last few seconds' batches wait durably in the checkpoint folder and go
+  in one commit per table (the job's next start commits what a crash left there).
+- :mod:`sinks.kafka.partitions` — the progress of the changelog the stateful tasks write, one
+  transaction per (micro-batch, state partition): taking the partitions over at a job's start
+  (fencing older writers), reading their progress.
 
 Each module's docstring states its guarantee and how it holds. ``sinks`` writes revise's
 outputs (the changelog, the late and dead-letter topics, the Delta tables) and creates their

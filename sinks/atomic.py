@@ -5,7 +5,7 @@
 crash at any point the final name holds either what it held before or the complete new
 content, never part of it. :func:`write_atomic` builds one file that way;
 :func:`write_synced` writes a file inside a temporary folder that :func:`put_in_place` then
-publishes whole (:mod:`sinks.history_stage`). The checkpoint folder's writes
+publishes whole. The checkpoint folder's writes
 (:mod:`revise.checkpoint`) and the staged Delta batches use these; revise imports them from
 here because ``sinks`` may not import revise's job. Standard library only; POSIX (a folder
 cannot be fsync'd on Windows).

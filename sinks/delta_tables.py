@@ -1,4 +1,4 @@
-"""The Delta Lake tables of a query, written from the driver with delta-rs (SPEC §5).
+"""The Delta Lake tables of a query, committed by the driver with delta-rs (SPEC §5).
 
 Under one ``path``::
 
@@ -8,11 +8,11 @@ Under one ``path``::
     late/         too-late records (SPEC §6 late fields + query_id), append-only
     dead_letter/  bad input (raw_value, reason, topic, partition, offset, batch_id + query_id)
 
-Who writes: the job's driver, from the micro-batch it already holds as Arrow tables (it
-produced the same tables to Kafka), through delta-rs (the ``deltalake`` package). A Spark
-Delta write costs several Spark jobs and about 3 s (append) or 12 s (MERGE) per 500k rows on
-two cores; delta-rs does the same in 0.5 s and 1 s (docs/lab/benchmarks-diary.md). Spark reads the
-tables (views, ``revise query``, time travel) as any Delta table: they are plain Delta
+Who writes: the history tables' data files are written by the job's stateful tasks, where the
+rows are (:func:`sinks.delta_files.write_data_file`, from ``revise.spark.operator``); the
+driver commits them (:meth:`DeltaTables.write_files`): metadata that grows with the files,
+not with the rows. The MERGE into ``latest`` runs on the driver with delta-rs. Spark reads
+the tables (views, ``revise query``, time travel) as any Delta table: they are plain Delta
 (reader 1 / writer 2) tables.
 
 Guarantee: **replaying a micro-batch changes nothing.** Every write of batch ``b`` of query
@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -62,7 +62,8 @@ import pyarrow as pa
 
 from revise.records import REVISION_SCHEMA
 from revise.vocab import TABLE_NAMES
-from sinks.delta_history import HistoryWriter
+from sinks.delta_files import DataFile
+from sinks.delta_history import HistoryWriter, history_rows, write_rows
 from sinks.delta_layout import (
     LOG_RETENTION_KEY,
     bound_latest_files,
@@ -72,7 +73,7 @@ from sinks.delta_layout import (
 )
 from sinks.delta_schema import TABLE_PROPERTIES, DeltaSchemaError, arrow_schema
 from sinks.delta_txn import AfterWrite, DeltaRoot, DeltaWriteError, app_id, conform
-from sinks.history_stage import HistoryStage
+from sinks.file_stage import FileStage
 from sinks.latest_merge import REST_RATIO, LatestTable
 
 __all__ = [
@@ -110,8 +111,8 @@ class DeltaTables:
             one set of aggregate columns per Delta root.
         latest_rest_ratio: How long the background ``latest`` merger rests after a MERGE, in
             multiples of that MERGE's duration (:class:`~sinks.latest_merge.LatestMerger`).
-        stage: Where the history rows of micro-batches wait for a commit of several at once
-            (:class:`~sinks.history_stage.HistoryStage`); None appends every batch at once.
+        stage: Where the data file records of micro-batches wait for a commit of several at
+            once (:class:`~sinks.file_stage.FileStage`); None commits every batch at once.
         latest_min_rest_s: The least rest of the background ``latest`` merger after a MERGE
             (the job gives its ``--delta-commit-interval``, as ``stage``'s interval).
         log_retention_ms: How long each table keeps its log's commit files
@@ -129,7 +130,7 @@ class DeltaTables:
     def __init__(self, path: str, *, storage_options: Mapping[str, str] | None = None,
                  revision_schema: pa.Schema = REVISION_SCHEMA,
                  latest_rest_ratio: float = REST_RATIO,
-                 stage: HistoryStage | None = None, latest_min_rest_s: float = 0.0,
+                 stage: FileStage | None = None, latest_min_rest_s: float = 0.0,
                  log_retention_ms: int | None = None,
                  after_write: AfterWrite | None = None) -> None:
         self.path = str(path).rstrip("/")
@@ -204,48 +205,58 @@ class DeltaTables:
         """
         return longest_log_retention_ms(map(self.table_path, TABLE_NAMES), self.storage_options)
 
+    def write_batch(self, query_id: str, batch_id: int, revisions: pa.Table, late: pa.Table,
+                    dead_letters: pa.Table, *, defer_latest: bool = False,
+                    before_latest: Callable[[], None] | None = None) -> None:
+        """Write one micro-batch held as rows: its data files here, then :meth:`write_files`.
+
+        For callers that hold the rows (tools, tests); the job's tasks write their files
+        themselves. ``late`` and ``dead_letters`` get ``query_id``; every table's rows are
+        conformed to its schema.
+        """
+        files = write_rows(self._root, self.schema,
+                           history_rows(query_id, revisions, late, dead_letters),
+                           prefix=f"b{batch_id}")
+        self.write_files(query_id, batch_id, files, revisions, defer_latest=defer_latest,
+                         before_latest=before_latest)
+
     # Longer than ~60 lines: the docstring carries steps 3a-3d of the commit sequence.
-    def write_batch(
+    def write_files(
         self,
         query_id: str,
         batch_id: int,
+        files: Mapping[str, Sequence[DataFile]],
         revisions: pa.Table,
-        late: pa.Table,
-        dead_letters: pa.Table,
         *,
         defer_latest: bool = False,
         before_latest: Callable[[], None] | None = None,
     ) -> None:
-        """Write one micro-batch to the four tables; a replay of the batch is a no-op.
+        """Commit one micro-batch to the four tables; a replay of the batch is a no-op.
 
-        Every write is a Delta transaction tagged with the application transaction
-        ``(appId="revise-<query_id>", version=batch_id)`` and skipped when the table's log
-        already holds that app id at ``batch_id`` or higher. Empty inputs are not written (a
-        replay of the same deterministic batch is empty too, so skipping keeps replays no-ops).
-        The four writes, sub-steps of step 3 of the commit sequence
-        (``revise.spark.committer.BatchCommitter``), run concurrently (separate tables,
-        separate logs):
+        Every commit is a Delta transaction tagged with the application transaction
+        ``(appId="revise-<query_id>", version=batch_id)`` (or the highest of the staged batches
+        it holds) and holds only what the table's log does not hold yet. The writes, sub-steps
+        of step 3 of the commit sequence (``revise.spark.committer.BatchCommitter``), run
+        concurrently (separate tables, separate logs):
 
-        3a. append ``revisions`` to ``revisions``;
-        3b. append ``late`` (+ ``query_id``) to ``late``;
-        3c. append ``dead_letters`` (+ ``query_id``) to ``dead_letter``;
+        3a. add the batch's ``revisions`` data files to ``revisions``;
+        3b. add its ``late`` data files to ``late``;
+        3c. add its ``dead_letter`` data files to ``dead_letter``;
         3d. MERGE ``revisions`` into ``latest`` on ``LATEST_KEY``, after keeping only the
             highest revision per window: a higher retracted revision deletes the row, a higher
             one replaces it, a new window is inserted unless retracted; equal or lower
             revisions change nothing.
 
-        With a ``stage``, 3a–3c of a batch that comes less than the stage's interval after the
-        last history commit are staged instead, and written with the other staged batches in
-        one append per table once the interval has passed
-        (:meth:`~sinks.delta_history.HistoryWriter.commit_staged`).
+        With a ``stage``, 3a–3c stage the batch's file records, and the staged batches are
+        committed in one transaction per table once the interval has passed
+        (:class:`~sinks.delta_history.HistoryWriter`).
 
         Args:
             query_id: The job's stable id.
             batch_id: The Spark micro-batch id (the Delta app transaction version).
-            revisions: Revisions with the SPEC §4 columns (extra columns are dropped, types
-                cast to the table's).
-            late: Too-late records with the SPEC §6 late columns.
-            dead_letters: Dead letters with the SPEC §6 columns.
+            files: The batch's data files per history table
+                (:func:`sinks.delta_files.write_data_file`, in the table's schema).
+            revisions: The batch's revisions, for the MERGE into ``latest``.
             defer_latest: Queue 3d for the background merger and return after 3a–3c: the
                 MERGE then overlaps whatever the caller does next (the job: Spark computing
                 the next micro-batches), and covers the batches queued meanwhile too
@@ -265,29 +276,24 @@ class DeltaTables:
         t: dict[str, float] = {}
         if defer_latest:  # the MERGEs of batches before: their errors, and their seconds
             t["latest"] = self._latest.take_seconds()
-        history = {
-            "revisions": revisions,
-            "late": _add_query_id(late, query_id),
-            "dead_letter": _add_query_id(dead_letters, query_id),
-        }
-        history = {name: conform(rows, self.schema(name)) for name, rows in history.items()}
+        latest_rows = conform(revisions, self.schema("revisions"))
         beside: dict[str, Callable[[], float]] = {}
         if not defer_latest:  # 3d. MERGE into latest, same app transaction
-            beside["latest"] = partial(self._latest.merge, revisions, app, batch_id)
+            beside["latest"] = partial(self._latest.merge, latest_rows, app, batch_id)
         failure = (f"Delta write of batch {batch_id} of query {query_id!r} under "
                    f"{self.path!r} failed ({{error}}); replaying the batch completes it")
-        # 3a, 3b, 3c: idempotent appends (or staged), beside a foreground 3d
-        t.update(self._history.write(app, batch_id, history, failure, beside))
-        if defer_latest and revisions.num_rows:  # 3d, in the background
-            self._latest.submit(app, batch_id, history["revisions"], before_latest)
+        # 3a, 3b, 3c: idempotent commits (or staged), beside a foreground 3d
+        t.update(self._history.write(app, batch_id, files, failure, beside))
+        if defer_latest and latest_rows.num_rows:  # 3d, in the background
+            self._latest.submit(app, batch_id, latest_rows, before_latest)
         self.last_timings = WriteTimings(
-            t["revisions"], t["late"], t["dead_letter"], t["latest"], time.perf_counter() - t0
-        )
+            t["revisions"], t["late"], t["dead_letter"], t.get("latest", 0.0),
+            time.perf_counter() - t0)
 
     def end_staging(self) -> None:
         """The run stops after its next micro-batches: append their history at once.
 
-        A bounded run calls it when it asks for its close-all (:meth:`HistoryStage.end`):
+        A bounded run calls it when it asks for its close-all (:meth:`FileStage.end`):
         :meth:`flush` would commit a staged batch right after it anyway.
         """
         self._history.end()
@@ -310,11 +316,11 @@ class DeltaTables:
 
         The job runs it at every start, before :meth:`catch_up_latest` and its first
         micro-batch: those batches are in Kafka and Spark has recorded them, so nothing else
-        would bring them to the history tables (``sinks.history_stage``).
+        would bring them to the history tables (``sinks.file_stage``).
 
         Raises:
             DeltaWriteError: the appends failed (a restart retries; the batches stay staged).
-            StageError: the stage holds batches of another query.
+            FileStageError: the stage holds batches of another query.
         """
         return self._history.recover(app_id(query_id))
 
@@ -323,11 +329,11 @@ class DeltaTables:
 
         Returns the seconds of the MERGEs not yet reported by :meth:`write_batch` (0.0: none).
 
-        Meanwhile it appends the staged history rows (:class:`~sinks.history_stage.HistoryStage`)
+        Meanwhile it commits the staged history files (:class:`~sinks.file_stage.FileStage`)
         and waits for a running history compaction
         (:class:`~sinks.delta_layout.HistoryCompactor`), whose failure is never raised: the last
         MERGE starts first and runs beside them (nothing orders ``latest`` after the history;
-        a restart commits staged rows, then catches ``latest`` up).
+        a restart commits staged files, then catches ``latest`` up).
 
         Raises:
             DeltaWriteError: the staged appends (they stay staged for the next start's
@@ -373,9 +379,3 @@ class DeltaTables:
         """The current Delta version of one table."""
         return int(self._root.table(table).version())
 
-
-def _add_query_id(table: pa.Table, query_id: str) -> pa.Table:
-    if "query_id" in table.column_names:
-        return table
-    return table.add_column(0, "query_id",
-                            pa.repeat(pa.scalar(query_id, pa.string()), table.num_rows))

@@ -77,8 +77,9 @@ def add_parser(sub: Any) -> None:
                         "(default: each table's own, Delta's 30 days; a run of days on a local "
                         "disk wants 1d or less, docs/RELIABILITY.md)")
     p.add_argument("--overlap-commit", action="store_true",
-                   help="write each micro-batch's Kafka transaction and Delta tables while "
-                        "Spark computes the next one, instead of before it starts; still "
+                   help="commit each micro-batch's Delta writes while Spark computes the "
+                        "next one, instead of before it starts (the Kafka transactions are "
+                        "the stateful tasks', inside the batch); still "
                         "exactly once (a restart reruns a batch whose writes a crash cut "
                         "short); needs a local or mounted --checkpoint")
     p.add_argument("--once", action="store_true",
@@ -205,10 +206,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``revise run``."""
     if args.print_config:
         settings = kafka_settings(args, probe=False)
+        from revise.spark.task_output import PRODUCER_DEFAULTS
         from sinks.kafka.changelog_config import DEFAULT_PRODUCER_CONFIG
 
         print(render_client_configs(settings, revise_client_configs(
-            settings, query_id=args.query_id, producer_defaults=DEFAULT_PRODUCER_CONFIG)))
+            settings, query_id=args.query_id, producer_defaults=DEFAULT_PRODUCER_CONFIG,
+            task_producer_defaults=PRODUCER_DEFAULTS)))
         return 0
     # Options and the checkpoint's state layout first (exit 2 with the fix), before any Kafka
     # client or Spark starts.

@@ -151,6 +151,15 @@ def status(home: Path | None = None) -> BrokerCluster | None:
     return cluster if cluster is not None and cluster.alive() else None
 
 
+def _log_tail(cluster: BrokerCluster, node_id: int, chars: int = 1500) -> str:
+    """The end of a node's ``broker.log`` (a node that died before writing one has none)."""
+    path = Path(cluster.home) / f"node-{node_id}" / "broker.log"
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except FileNotFoundError:
+        return f"(no {path}: the process ended before writing it)"
+
+
 def _wait_ready(cluster: BrokerCluster, timeout_s: float) -> None:
     from confluent_kafka.admin import AdminClient  # local: keep CLI start-up light
 
@@ -161,11 +170,8 @@ def _wait_ready(cluster: BrokerCluster, timeout_s: float) -> None:
     last = "no answer"
     while time.monotonic() < deadline:
         if not cluster.alive():
-            logs = "\n".join(
-                f"--- node {n.node_id}:\n"
-                + (Path(cluster.home) / f"node-{n.node_id}" / "broker.log").read_text()[-1500:]
-                for n in cluster.nodes
-            )
+            logs = "\n".join(f"--- node {n.node_id}:\n" + _log_tail(cluster, n.node_id)
+                             for n in cluster.nodes)
             msg = f"the Kafka broker exited during start-up:\n{logs}"
             raise BrokerError(msg)
         try:

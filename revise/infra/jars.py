@@ -181,8 +181,10 @@ def build_revise_jar() -> Path:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content)
             files.append(str(path))
+        # pyspark's jars, and the spark classpath's for the Kafka clients (TaskChangelog)
+        cp = os.pathsep.join([str(spark_home() / "jars" / "*"), str(resolve("spark") / "*")])
         cmd = [javac, "--release", "17", "-nowarn", "-encoding", "UTF-8",
-               "-cp", str(spark_home() / "jars" / "*"), "-d", str(out), *files]
+               "-cp", cp, "-d", str(out), *files]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])

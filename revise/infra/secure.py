@@ -251,18 +251,20 @@ def _shared_job_acls(user: str, query_id: str | None) -> list[Any]:
     if query_id is None:
         txn = [_binding("TRANSACTIONAL_ID", "revise-", "PREFIXED", user, op)
                for op in ("WRITE", "DESCRIBE")]
-    else:
-        txn = [_binding("TRANSACTIONAL_ID", f"revise-{query_id}", "LITERAL", user, op)
+    else:  # one producer per state partition: revise-<query_id>-p<partition>
+        txn = [_binding("TRANSACTIONAL_ID", f"revise-{query_id}-p", "PREFIXED", user, op)
                for op in ("WRITE", "DESCRIBE")]
     return [
         *txn,
         # confluent-kafka names the cluster resource BROKER (Kafka's CLUSTER, "kafka-cluster").
         _binding("BROKER", "kafka-cluster", "LITERAL", user, "IDEMPOTENT_WRITE"),
-        # revise's own consumers (end offsets, progress markers) use random ``revise-...`` group
-        # ids. They assign partitions and commit nothing, yet librdkafka looks up the group's
-        # coordinator whenever a group.id is set and reports GROUP_AUTHORIZATION_FAILED without
-        # this. Spark's Kafka source (AdminClient offsets, assign-mode consumers, no commits)
-        # needs no group ACL: measured with a batch and an availableNow streaming read.
+        # The group ``revise-<query_id>`` holds the state partitions' progress (offsets
+        # committed in their transactions, read back); revise's own other consumers (end
+        # offsets) use random ``revise-...`` group ids. Those assign partitions and commit
+        # nothing, yet librdkafka looks up the group's coordinator whenever a group.id is set
+        # and reports GROUP_AUTHORIZATION_FAILED without this. Spark's Kafka source (AdminClient
+        # offsets, assign-mode consumers, no commits) needs no group ACL: measured with a batch
+        # and an availableNow streaming read.
         _binding("GROUP", "revise-", "PREFIXED", user, "READ"),
     ]
 
@@ -271,12 +273,13 @@ def start_acls() -> list[Any]:
     """The ACLs the secure embedded broker grants at start.
 
     Topic names are chosen per job, so ``revise`` gets its topic operations on every topic
-    (the LITERAL ``*`` wildcard): READ, DESCRIBE, WRITE, CREATE. On a shared cluster grant
+    (the LITERAL ``*`` wildcard): READ, DESCRIBE, WRITE, CREATE, ALTER (the progress topic
+    grows to one partition per state partition). On a shared cluster grant
     :func:`job_acls` instead. ``reader`` gets READ + DESCRIBE on every topic and READ on groups
     ``reader-*`` and ``revise-reader-*``; ``intruder`` and the others get nothing.
     """
     acls = [_binding("TOPIC", "*", "LITERAL", "revise", op)
-            for op in ("READ", "DESCRIBE", "WRITE", "CREATE")]
+            for op in ("READ", "DESCRIBE", "WRITE", "CREATE", "ALTER")]
     acls += _shared_job_acls("revise", None)
     acls += [_binding("TOPIC", "*", "LITERAL", "reader", op) for op in ("READ", "DESCRIBE")]
     acls += [_binding("GROUP", g, "PREFIXED", "reader", "READ")
@@ -299,9 +302,10 @@ def job_acls(
         input_topics: topics the job reads: READ + DESCRIBE.
         output_topics: changelog, late and dead-letter topics: WRITE + DESCRIBE + CREATE
             (revise creates missing output topics).
-        progress_topic: the progress-marker topic: WRITE + DESCRIBE + CREATE + READ (revise
-            reads its markers back on restart).
-        query_id: the job's ``--query-id``; transactional id ``revise-<query_id>``.
+        progress_topic: the progress topic: WRITE + DESCRIBE + CREATE + READ + ALTER (its
+            partitions' committed offsets are the job's progress, read back on restart; it
+            grows to one partition per state partition).
+        query_id: the job's ``--query-id``; transactional ids ``revise-<query_id>-p<n>``.
 
     Returns:
         ``confluent_kafka.admin.AclBinding`` objects, ALLOW, any host.
@@ -310,7 +314,7 @@ def job_acls(
             for t in input_topics for op in ("READ", "DESCRIBE")]
     acls += [_binding("TOPIC", t, "LITERAL", user, op)
              for t in (*output_topics, progress_topic) for op in ("WRITE", "DESCRIBE", "CREATE")]
-    acls.append(_binding("TOPIC", progress_topic, "LITERAL", user, "READ"))
+    acls += [_binding("TOPIC", progress_topic, "LITERAL", user, op) for op in ("READ", "ALTER")]
     return acls + _shared_job_acls(user, query_id)
 
 

@@ -256,6 +256,10 @@ class KafkaSettings:
         """confluent-kafka Consumer settings (add group.id, isolation.level on top)."""
         return self._with_bootstrap({**self.rdkafka_common, **self.rdkafka_consumer})
 
+    def java_conf(self) -> dict[str, str]:
+        """Java client settings (the stateful tasks' changelog producers and progress reader)."""
+        return self._with_bootstrap(dict(self.java))
+
     def admin_conf(self) -> dict[str, str]:
         """confluent-kafka AdminClient settings."""
         return self._with_bootstrap(dict(self.rdkafka_common))
@@ -359,25 +363,37 @@ def revise_client_configs(
     *,
     query_id: str,
     producer_defaults: Mapping[str, object] | None = None,
+    task_producer_defaults: Mapping[str, object] | None = None,
 ) -> dict[str, dict[str, str]]:
     """The effective settings of every Kafka client a revise job creates, with revise's keys.
 
     Args:
         settings: The user's translated settings.
-        query_id: The job's ``--query-id`` (the producer's ``transactional.id`` is
-            ``revise-<query_id>``).
-        producer_defaults: revise's own producer tuning (``sinks.kafka.writer``'s
-            ``DEFAULT_PRODUCER_CONFIG``); user settings win over it, revise-set keys win over all.
+        query_id: The job's ``--query-id`` (state partition ``p``'s producers have the
+            ``transactional.id`` ``revise-<query_id>-p<p>``).
+        producer_defaults: revise's own tuning of its confluent-kafka producers
+            (``sinks.kafka.changelog_config.DEFAULT_PRODUCER_CONFIG``); user settings win over
+            it, revise-set keys win over all.
+        task_producer_defaults: revise's own tuning of the stateful tasks' Java producers
+            (``revise.spark.task_output.PRODUCER_DEFAULTS``), likewise.
 
     Returns:
         Client name -> its settings (values as strings), secrets NOT yet redacted.
     """
     defaults = {k: str(v) for k, v in (producer_defaults or {}).items()}
+    task_defaults = {k: str(v) for k, v in (task_producer_defaults or {}).items()}
+    partition_id = f"revise-{query_id}-p<partition>"
     return {
         "spark kafka source (Java client, driver and executors)": {
             **settings.spark_source_options(), "kafka.isolation.level": "read_committed"},
-        "changelog producer (confluent-kafka, transactional)": {
-            **defaults, **settings.producer_conf(), "transactional.id": f"revise-{query_id}",
+        "changelog producers (Java client, in the stateful tasks, transactional)": {
+            **task_defaults, **settings.java_conf(), "transactional.id": partition_id,
+            "enable.idempotence": "true"},
+        "progress reader (Java client, in the stateful tasks)": {
+            **settings.java_conf(), "isolation.level": "read_committed",
+            "group.id": f"revise-{query_id}", "enable.auto.commit": "false"},
+        "partition takeover at start (confluent-kafka, transactional)": {
+            **defaults, **settings.producer_conf(), "transactional.id": partition_id,
             "enable.idempotence": "true"},
         "progress / offsets consumer (confluent-kafka)": {
             **settings.consumer_conf(), "isolation.level": "read_committed",

@@ -25,16 +25,17 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from revise.errors import ConfigError
 from revise.vocab import TABLE_NAMES
+
+if TYPE_CHECKING:
+    from revise.spark.output import BatchCounts
 
 __all__ = ["DEAD_LETTER_CATEGORIES", "METRIC_NAMES", "SPARK_STAGES", "JobMetrics",
            "dead_letter_category"]
@@ -221,28 +222,27 @@ class JobMetrics:
             if source is not None:
                 self._lag = _lag(source, self.input_topic) or self._lag
 
-    def observe_batch(self, batch_id: int, revisions: pa.Table, late: pa.Table, dead: pa.Table,
-                      *, open_windows: Mapping[int, int], written: bool) -> None:
+    def observe_batch(self, batch_id: int, counts: BatchCounts, *,
+                      open_windows: Mapping[int, int], written: bool) -> None:
         """Account one committed micro-batch's output.
 
         Args:
             batch_id: The micro-batch.
-            revisions: Its revisions (a ``timing`` column).
-            late: Its too-late records.
-            dead: Its dead letters (a ``reason`` column).
+            counts: What it produced: revisions by timing, too-late records, dead letters by
+                reason.
             open_windows: Open windows per shard the batch called (shards not called keep
                 their last count).
-            written: False for a replay whose Kafka transaction was found committed: it is
+            written: False for a replay whose Kafka transactions were found committed: it is
                 not counted again, but still trails until Delta has it.
         """
         q = self.query_id
         if written:
-            for timing, n in _value_counts(revisions, "timing"):
+            for timing, n in counts.revisions.items():
                 self._revisions.labels(q, timing).inc(n)
-            if late.num_rows:
-                self._late.labels(q).inc(late.num_rows)
+            if counts.late:
+                self._late.labels(q).inc(counts.late)
             by_reason: dict[str, int] = {}
-            for reason, n in _value_counts(dead, "reason"):
+            for reason, n in counts.dead.items():
                 label = dead_letter_category(reason)
                 by_reason[label] = by_reason.get(label, 0) + n
             for label, n in by_reason.items():
@@ -250,8 +250,9 @@ class JobMetrics:
         now = self._clock()
         with self._lock:
             self._open.update(open_windows)
-            rows = {"revisions": revisions.num_rows, "latest": revisions.num_rows,
-                    "late": late.num_rows, "dead_letter": dead.num_rows}
+            revisions = counts.total_revisions
+            rows = {"revisions": revisions, "latest": revisions, "late": counts.late,
+                    "dead_letter": counts.total_dead}
             if any(rows.values()):  # a batch without output has no Kafka transaction
                 self._kafka_batch = max(self._kafka_batch, batch_id)
             for table, n in rows.items():
@@ -335,14 +336,6 @@ def _gauge(name: str, text: str, query_id: str, value: float) -> GaugeMetricFami
     g.add_metric([query_id], value)
     return g
 
-
-def _value_counts(table: pa.Table, column: str) -> list[tuple[str, int]]:
-    """``(value, rows)`` of one string column: one Arrow pass, a few distinct values."""
-    if table.num_rows == 0:
-        return []
-    counts = pc.value_counts(table.column(column))
-    return [(str(v), int(n)) for v, n in zip(counts.field("values").to_pylist(),
-                                              counts.field("counts").to_pylist(), strict=True)]
 
 
 def _offsets(value: Any) -> Any:

@@ -5,7 +5,7 @@ Everything is read from what the job leaves behind, without Spark:
 - the checkpoint: the run file (:mod:`revise.ops.runfile`: the job's outputs, pid, heartbeat),
   Spark's commit and offset logs (the last committed micro-batch, its watermark and its input
   end offsets, :mod:`revise.spark.spark_log`), the staged Delta history batches
-  (:func:`sinks.history_stage.staged_on_disk`);
+  (:func:`sinks.file_stage.staged_batches`);
 - Kafka: the input topic's end offsets (lag = end − the last committed batch's end offsets,
   per partition) and the job's last progress marker (its last Kafka transaction);
 - Delta: each table's version and the highest micro-batch it holds (the app transaction
@@ -40,7 +40,7 @@ from revise.errors import ConfigError
 from revise.ops.runfile import STALE_S, RunInfo, liveness, read_run_file
 from revise.spark.spark_log import batch_offsets, batch_watermark, last_entry
 from revise.vocab import TABLE_NAMES
-from sinks.history_stage import staged_on_disk
+from sinks.file_stage import staged_batches
 
 __all__ = ["BEHIND", "DEFAULT_MAX_DELAY_S", "OK", "STOPPED", "UNREADABLE", "JobStatus",
            "TableState", "job_status"]
@@ -95,8 +95,9 @@ class JobStatus:
         watermark_ms: The watermark in force during that micro-batch.
         input_topic: The input topic.
         input_lag: Records not yet read, per input partition (None: unknown).
-        kafka_batch_id: The micro-batch of the last committed Kafka transaction.
-        kafka_committed_at_ms: When that transaction committed.
+        kafka_batch_id: The highest micro-batch a state partition committed to Kafka.
+        kafka_committed_at_ms: That micro-batch's ``emitted_at_ms`` (taken as it started; its
+            transactions committed during it).
         delta: The four Delta tables.
         staged_batches: Micro-batches in the changelog waiting for their Delta history commit.
         staged_age_s: Age of the oldest of them.
@@ -241,7 +242,7 @@ def job_status(checkpoint: str, *, kafka_config: Mapping[str, Any] | None = None
         errors.append("no run file in the checkpoint: Kafka and Delta locations unknown")
 
     delta = _delta(info.delta_path, query_id, errors) if info is not None else ()
-    staged = staged_on_disk(stage_dir(checkpoint))
+    staged = staged_batches(stage_dir(checkpoint))
     staged_age = (max(0.0, now / 1000 - staged[0][1]) if staged else None)
     by_table = {t.table: t for t in delta}
     caught_up = _caught_up(by_table)
@@ -295,8 +296,12 @@ def _fingerprint(checkpoint: str) -> dict[str, object]:
 def _kafka(bootstrap: str, topic: str, info: RunInfo, query_id: str, read: Mapping[int, int],
            config: Mapping[str, Any] | None, timeout_s: float,
            errors: list[str]) -> tuple[dict[int, int] | None, int | None, int | None]:
-    """Input lag per partition, and the last progress marker's batch and commit time."""
-    from sinks.kafka import end_offsets, read_last_progress
+    """Input lag per partition, and the last committed micro-batch and its ``emitted_at_ms``.
+
+    The last committed micro-batch is the highest any state partition committed (a partition
+    without output in a batch commits nothing for it).
+    """
+    from sinks.kafka import end_offsets, last_committed, read_progress
 
     try:
         ends = end_offsets(bootstrap, topic, timeout_s=timeout_s, client_config=config)
@@ -305,14 +310,14 @@ def _kafka(bootstrap: str, topic: str, info: RunInfo, query_id: str, read: Mappi
         return None, None, None
     lag = {p: max(0, end - read.get(p, 0)) for p, end in sorted(ends.items())}
     try:
-        marker = read_last_progress(bootstrap, info.progress_topic, query_id,
-                                    timeout_s=timeout_s, client_config=config)
+        last = last_committed(read_progress(bootstrap, info.progress_topic, query_id,
+                                            timeout_s=timeout_s, client_config=config))
     except Exception as exc:  # noqa: BLE001 - reported, the lag still shown
-        errors.append(f"progress topic {info.progress_topic!r}: {exc}")
+        errors.append(f"progress of {info.progress_topic!r}: {exc}")
         return lag, None, None
-    if marker is None:
+    if last is None:
         return lag, None, None
-    return lag, marker.batch_id, marker.committed_at_ms
+    return lag, last.batch, last.emitted_at_ms
 
 
 def _delta(path: str, query_id: str, errors: list[str]) -> list[TableState]:

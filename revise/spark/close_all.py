@@ -7,13 +7,11 @@ reads it, whether or not it has input there.
 
 The driver writes ``close_all_at:{"p": offset, …}`` (:class:`BoundedEnd`): close only in a
 micro-batch whose input reaches these offsets, the end offsets (every partition at or past
-its own). It writes it as soon as what is left of the input fits in one micro-batch
-(``--max-records-per-batch``), so that the next micro-batch reads the rest of the input and
-the command together and closes after applying that input: the close takes no micro-batch of
-its own. If that micro-batch stops short of the offsets (records written after the run
-started made Spark split what is left across partitions), the command does nothing there,
-and the driver writes another when the input is short enough again. A plain ``close_all``
-(what revise wrote before, once the input was read) closes at once.
+its own). It writes it once a micro-batch reads the input to its end, so the close has a
+micro-batch of its own, read after all the input: every shard then closes at Spark's global
+watermark, the last real one (SPEC §3), which each task writes into its FINALs itself (the
+tasks write their own output, ``revise.spark.task_output``; none of them sees the others').
+A plain ``close_all`` closes at once.
 
 Whether a conditional command takes effect depends only on what Spark's checkpoint fixes for
 that micro-batch: its offsets (the command, in the control file it read; the input's end
@@ -130,31 +128,24 @@ class BoundedEnd:
 
     The committer calls :meth:`start_batch` at the start of each micro-batch, with the input
     and control offsets Spark's offset log holds for it (and the driver once before the query
-    starts, with the offsets the checkpoint's last micro-batch read): once what is left of the
-    input after it fits in the next micro-batch (at most ``limit`` records; anything without
-    a limit), it writes the conditional command, which the next micro-batch then reads with
-    the rest of the input, and closes in (:func:`close_all_due`). An input that fits in one
-    micro-batch is read and closed in one. The driver's watch loop calls
+    starts, with the offsets the checkpoint's last micro-batch read): once that micro-batch
+    reads the input to its end offsets, it writes the conditional command, which the next
+    micro-batch reads and closes in (:func:`close_all_due`). The driver's watch loop calls
     :meth:`see` with the progress report of every micro-batch, in order: the first one past
-    the command's control offset read it, and closed iff it read to the end offsets; if it
-    did not (records written after the start made Spark split the rest across partitions),
-    the next :meth:`start_batch` whose input is short enough writes another.
+    the command's control offset read it, and closed iff its input reached the end offsets.
 
     The two run on different threads (Spark's stream thread, the driver's main thread).
 
     Args:
         topic: The input topic.
         ends: The input's end offsets at start, by partition.
-        limit: Records per micro-batch (``--max-records-per-batch``); None or 0: no limit.
         control_dir: The control source's directory.
         shards: The job's shards (one command row each).
     """
 
-    def __init__(self, topic: str, ends: dict[int, int], limit: int | None, control_dir: str,
-                 shards: int) -> None:
+    def __init__(self, topic: str, ends: dict[int, int], control_dir: str, shards: int) -> None:
         self.topic = topic
         self.ends = dict(ends)
-        self.limit = limit or 0
         self.control_dir = control_dir
         self.shards = shards
         self.closed = False
@@ -170,8 +161,7 @@ class BoundedEnd:
         with self._lock:
             if self.closed or self._pending_after is not None or read is None:
                 return False
-            left = sum(max(0, hi - read.get(p, 0)) for p, hi in self.ends.items())
-            if self.limit and left > self.limit:  # no limit: the next one reads all there is
+            if not input_reached(read, self.ends):
                 return False
             write_close_all(self.control_dir, self.shards, until=self.ends)
             self._pending_after = control

@@ -1,10 +1,10 @@
 """The commit of a micro-batch: exactly once to the Kafka changelog and the Delta tables.
 
 :class:`BatchCommitter` is the query's ``foreachBatch`` sink; its ``__call__`` docstring numbers
-the whole commit sequence once (1–4, with the Kafka sub-steps 2a–2e and the Delta sub-steps
-3a–3d) and names the crash points the crash tests kill the process at. The sinks' docstrings
-(:meth:`sinks.kafka.writer.TransactionalChangelog.commit_batch`,
-:meth:`sinks.delta_tables.DeltaTables.write_batch`) and code comments use the same numbers.
+the whole commit sequence once (1–4, with the tasks' Kafka sub-steps 1a–1d and the Delta
+sub-steps 3a–3e) and names the crash points the crash tests kill the process at. The tasks'
+writer (``revise/infra/java/revise/jvm/TaskChangelog.java``), :meth:`sinks.delta_tables.
+DeltaTables.write_files` and code comments use the same numbers.
 """
 
 from __future__ import annotations
@@ -20,18 +20,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from revise.jobconfig import JobConfig
 from revise.spark.close_all import BoundedEnd, set_input_end
-from revise.spark.output import BatchTables, decode_output
+from revise.spark.output import BatchOutput, decode_output
 from revise.spark.rewind import record_done
 from revise.spark.spark_log import batch_offsets, last_committed_batch
+from revise.spark.task_output import Stamps, TaskWriter, set_batch, write, zombie_error
 from revise.vocab import TABLE_NAMES
 from sinks.delta_tables import AfterWrite, DeltaTables
-from sinks.kafka import TransactionalChangelog
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -42,14 +38,15 @@ __all__ = ["CRASH_POINTS", "RECENT_PROGRESS", "BatchCommitter", "CrashHook", "Jo
 log = logging.getLogger("revise.job")
 
 CrashHook = Callable[[str, int], None]
-OutputHook = Callable[[int, BatchTables, bool], None]
+OutputHook = Callable[[int, BatchOutput, bool], None]
 """``hook(batch_id, output, written)``: a micro-batch's output once Kafka has it (or, when it
 is empty, once collected); ``written`` is False for a replay whose transaction was found
 committed, and for an empty batch."""
 
-CRASH_POINTS: Final = ("before_kafka", "before_kafka_commit", "after_kafka", "during_delta",
-                       "after_delta", "before_latest", "after_record")
-"""Where :meth:`BatchCommitter.__call__` calls its crash hook (named under steps 1–3)."""
+CRASH_POINTS: Final = ("before_kafka", "after_kafka", "during_delta", "after_delta",
+                       "before_latest", "after_record")
+"""Where :meth:`BatchCommitter.__call__` calls its crash hook (named under steps 1–3); the
+tasks' own points are ``revise.spark.task_output.TASK_CRASH_POINTS``."""
 
 RECENT_PROGRESS: Final = 64
 """How many of the latest Spark progress reports a :class:`JobResult` keeps."""
@@ -72,6 +69,7 @@ class JobResult:
         commit_seconds: Time in the committer (s), of which ``collect_seconds`` computing and
             collecting the batch, ``kafka_seconds`` the Kafka transaction and
             ``delta_seconds`` the Delta writes; ``delta_table_seconds`` per table.
+        collected_bytes: Bytes the driver collected from the tasks (Arrow, decoded size).
         latest_merges: MERGEs into ``latest`` (one covers one or more micro-batches).
         last_watermark_ms: The highest watermark a committed revision carried (ms).
         stopped_by_signal: The run ended because the stop event was set.
@@ -90,6 +88,7 @@ class JobResult:
     seconds: float = 0.0
     commit_seconds: float = 0.0
     collect_seconds: float = 0.0
+    collected_bytes: int = 0
     kafka_seconds: float = 0.0
     delta_seconds: float = 0.0
     delta_table_seconds: dict[str, float] = field(default_factory=dict)
@@ -167,7 +166,7 @@ class BatchCommitter:
     def __init__(
         self,
         cfg: JobConfig,
-        changelog: TransactionalChangelog,
+        changelog: TaskWriter,
         tables: DeltaTables,
         result: JobResult,
         crash_hook: CrashHook | None = None,
@@ -181,6 +180,8 @@ class BatchCommitter:
         self.result = result
         self.crash_hook = crash_hook
         self.started = time.monotonic()
+        self._stamps: Stamps | None = None  # read from the checkpoint at the first batch
+        self._task_crash_told = False
         self.last_batch_id: int | None = None
         self.error: BaseException | None = None
         self._step_ms: dict[int, dict[str, int]] = {}  # see take_steps
@@ -208,33 +209,38 @@ class BatchCommitter:
         The commit sequence (the one numbering of it; the same numbers mark the code here and
         in the sinks; crash points in brackets):
 
-        1. Collect: compute the batch and collect it to the driver (the stateful operator's
-           Arrow chunks, decoded into revisions, too-late records and dead letters); stamp
-           ``emitted_at_ms`` with the wall clock, once, so Kafka and Delta carry one value.
-           A batch with no output at all ends here. [``before_kafka``: nothing written]
-        2. Kafka, one transaction (``TransactionalChangelog.commit_batch``):
-           2a. skip if the progress topic already holds this batch (a replay; the revisions
-               are re-stamped with the ``emitted_at_ms`` the committed marker carries, so
-               Delta gets what Kafka has);
-           2b. begin the transaction;
-           2c. produce the revisions (key = the window), too-late records, dead letters;
-           2d. produce the progress marker (query_id, batch_id, emitted_at_ms);
-               [``before_kafka_commit``: inside the open transaction]
-           2e. commit. On any error the transaction is aborted and the error raised, which
-               fails the query loudly; a fenced producer (another instance took over this
-               query id) raises ``ProducerFencedError``.
-           [``after_kafka``: Kafka committed, Delta not written]
-        3. Delta (``DeltaTables.write_batch``, from the same Arrow tables), each write
-           tagged with the app transaction (revise-<query_id>, batch_id) so a replayed batch
-           is a no-op. 3a–3c run at once when the last history commit is older than
-           ``--delta-commit-interval``; otherwise the batch is staged (written durably to
-           ``<checkpoint>/delta-staged``) and they run for all staged batches, tagged with the
-           highest id, once the interval has passed (``sinks.history_stage``; the next start
-           writes a crash's staged batches before its first micro-batch):
-           3a. append ``revisions``; [``during_delta``: after 3a, the others in any state;
-               also after 3a of a staged commit made between micro-batches or at the stop]
-           3b. append ``late``;
-           3c. append ``dead_letter``;
+        1. Run the batch in the tasks. The driver first records the batch's ``emitted_at_ms``
+           in the checkpoint (a replay reuses it) and hands it and the input's end offsets to
+           the tasks; [``before_kafka``: nothing written]. Each stateful task computes its
+           shards, writes their history rows as Delta data files (invisible until committed)
+           and, in the same task, its partition's messages to Kafka
+           (``revise.jvm.TaskChangelog``):
+           1a. skip if the partition's progress (the committed offset of the group
+               ``revise-<query_id>``) is at this batch or past it (a replay);
+           1b. begin the partition's transaction; produce its revisions (key = the window),
+               too-late records and dead letters; flush;
+           1c. send the progress (offset ``batch_id + 1``, epoch, ``emitted_at_ms``) into the
+               transaction; [``before_kafka_commit``: inside the open transaction, in the
+               first task to get there]
+           1d. commit. [``after_partition_commit``: that partition committed, the others in
+               any state] A fenced producer (another attempt of the task) is replaced and the
+               partition retried from 1a; a higher epoch in the progress (a newer instance of
+               the query) fails the task: this instance is a zombie and stops.
+           The driver collects the tasks' reports, their data files' records, counts and the
+           revisions for ``latest``. A batch with no output at all ends here.
+        2. Account the tasks' Kafka reports (a batch every writing partition skipped is a
+           replay). [``after_kafka``: Kafka committed, Delta not written]
+        3. Delta (``DeltaTables.write_files``), each commit tagged with the app transaction
+           (revise-<query_id>, batch_id) so a replayed batch is a no-op. The batch's file
+           records are staged (``<checkpoint>/delta-files``) and 3a–3c commit every staged
+           batch, tagged with the highest id, once ``--delta-commit-interval`` has passed since
+           the last commit (``sinks.file_stage``; the next start commits a crash's staged
+           batches before its first micro-batch):
+           3a. commit ``revisions``' files; [``during_delta``: after 3a, the others in any
+               state; also after 3a of a staged commit made between micro-batches or at the
+               stop]
+           3b. commit ``late``'s files;
+           3c. commit ``dead_letter``'s files;
            3d. MERGE ``latest`` (only a higher revision replaces a row), in the background:
                it runs while Spark computes the next batches, and one MERGE covers the
                batches that arrived meanwhile, at least the interval apart
@@ -247,7 +253,7 @@ class BatchCommitter:
            [``after_delta``: 3a–3c written, 3d running, Spark has not recorded the batch]
         4. Return: Spark records the batch in its commit log. A crash anywhere before this
            replays the batch with the same offsets and state, so the same revisions, and
-           steps 2 and 3 turn the replay into no-ops where they already happened.
+           steps 1 and 3 turn the replay into no-ops where they already happened.
 
         With ``--overlap-commit`` (``JobConfig.overlap_commit``) steps 2–3 run on a background
         thread: the call returns after step 1, Spark records the batch and computes the next
@@ -259,29 +265,52 @@ class BatchCommitter:
         """
         t0 = time.monotonic()
         try:
-            self.wait()  # --overlap-commit: the previous batch's steps 2-3 (raises its error)
-            # 1. compute, collect, decode, stamp; the tasks learn where this batch's input
-            # ends (a conditional close-all's condition), and a bounded run whose input is
-            # read by this batch writes the close-all the next one reads (revise.spark.close_all)
+            self.wait()  # --overlap-commit: the previous batch's step 3 (raises its error)
+            # 1. the tasks learn where this batch's input ends (a conditional close-all's
+            # condition) and its emitted_at_ms (recorded first: a replay reuses it); a bounded
+            # run whose input this batch reads to the end writes the close-all the next one
+            # reads (revise.spark.close_all)
             read, control = batch_offsets(self.cfg.checkpoint, batch_id, self.cfg.kafka.input_topic)
-            set_input_end(df.sparkSession, read)
+            spark = df.sparkSession
+            set_input_end(spark, read)
             if self.bounded is not None and self.bounded.start_batch(read, control):
                 self.tables.end_staging()  # the close's FINALs: no staging them for the stop
-            out = decode_output(df.toArrow(), self.cfg.revision_schema)
+            if self._stamps is None:
+                self._stamps = Stamps(self.cfg.checkpoint)
+            emitted_at = self._stamps.of(batch_id, int(time.time() * 1000))
+            set_batch(spark, emitted_at)
+            self._crash("before_kafka", batch_id)
+            self._arm_task_crash(batch_id)
+            # 1-2. compute the batch; each task commits its partition's messages to Kafka
+            collected = write(df, self.changelog.settings(batch_id, emitted_at))
+            self.result.collected_bytes += collected.nbytes
+            out = decode_output(collected, self.cfg.revision_schema)
             collect_s = time.monotonic() - t0
             self.result.collect_seconds += collect_s
-            emitted_at = int(time.time() * 1000)
             if self._pool is None:
-                self._sinks(batch_id, out, emitted_at, t0, collect_s)
+                self._sinks(batch_id, out, t0, collect_s)
             else:
-                self._pending = self._pool.submit(
-                    self._sinks, batch_id, out, emitted_at, t0, collect_s)
+                self._pending = self._pool.submit(self._sinks, batch_id, out, t0, collect_s)
         except BaseException as exc:
-            self.error = exc
+            fenced = zombie_error(exc)
+            self.error = exc if fenced is None else fenced
+            if fenced is not None:
+                raise fenced from None
             raise
         finally:
             self.returned.set()
         # 4. return → Spark commits the batch
+
+    def _arm_task_crash(self, batch_id: int) -> None:
+        """Say so when this batch's tasks will kill the job (``REVISE_CRASH_AT``, tests only)."""
+        crash = self.changelog.crash
+        if crash is None or self._task_crash_told:
+            return
+        point, target, partition = crash.split(":")
+        if batch_id >= int(target):
+            self._task_crash_told = True
+            log.warning("REVISE_CRASH_AT: killing the job at %s of batch %d (in the task of "
+                        "partition %s)", point, batch_id, "any" if partition == "*" else partition)
 
     def wait(self) -> None:
         """Wait for the batch whose steps 2-3 run in the background (``--overlap-commit``).
@@ -299,53 +328,44 @@ class BatchCommitter:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def _sinks(self, batch_id: int, out: BatchTables, emitted_at: int, t0: float,
-               collect_s: float) -> None:
-        """Steps 2-3 of batch ``batch_id`` and its record in ``sinks-done``."""
+    def _sinks(self, batch_id: int, out: BatchOutput, t0: float, collect_s: float) -> None:
+        """Step 3 of batch ``batch_id`` and its record in ``sinks-done``."""
         try:
             with self._sinks_lock:
-                self._write_sinks(batch_id, out, emitted_at, t0, collect_s)
+                self._write_sinks(batch_id, out, t0, collect_s)
                 record_done(self.cfg.checkpoint, batch_id)
         except BaseException as exc:
             self.error = exc
             raise
 
-    def _write_sinks(self, batch_id: int, out: BatchTables, emitted_at: int, t0: float,
-                     collect_s: float) -> None:
+    def _write_sinks(self, batch_id: int, out: BatchOutput, t0: float, collect_s: float) -> None:
         if self._pool is not None:
             self._crash_once_recorded("after_record", batch_id)
-        revisions = _stamp(out.revisions, emitted_at)
+        # 2. what the tasks' Kafka transactions did: a replay finds every partition committed
+        kafka_s = sum(float(r.get("seconds", 0.0)) for r in out.reports)
+        writers = [r for r in out.reports if r.get("messages")]  # tasks with messages
+        skipped = bool(writers) and all(r.get("skipped") for r in writers)
         if out.empty:
-            self._account(batch_id, out, None, t0, 0.0)
-            self._steps(batch_id, collect_s, 0.0, 0.0)
+            self._account(batch_id, out, None, t0, kafka_s)
+            self._steps(batch_id, collect_s, kafka_s, 0.0)
             self._tell(batch_id, out, written=False)
             return
-        self._crash("before_kafka", batch_id)
-        # 2. Kafka: one transaction, skipped when this batch is already committed
-        tk = time.monotonic()
-        committed = self.changelog.commit_batch(
-            batch_id, revisions, out.late, out.dead, emitted_at_ms=emitted_at,
-            before_commit=lambda: self._crash("before_kafka_commit", batch_id),
-        )
-        if committed.skipped and committed.emitted_at_ms is not None:
-            revisions = _stamp(revisions, committed.emitted_at_ms)
-        kafka_s = time.monotonic() - tk
         self._crash("after_kafka", batch_id)
-        self._tell(batch_id, out, written=not committed.skipped)
+        self._tell(batch_id, out, written=not skipped)
         # 3. Delta: idempotent per (query_id, batch_id)
         td = time.monotonic()
-        self.tables.write_batch(
-            self.cfg.query_id, batch_id, revisions, out.late, out.dead,
+        self.tables.write_files(
+            self.cfg.query_id, batch_id, out.files, out.revisions,
             defer_latest=True,
             before_latest=lambda: self._crash_once_recorded("before_latest", batch_id),
         )
         delta_s = time.monotonic() - td
         self._account_delta(delta_s)
         self._crash("after_delta", batch_id)
-        self._account(batch_id, out, committed.skipped, t0, kafka_s)
+        self._account(batch_id, out, skipped, t0, kafka_s)
         self._steps(batch_id, collect_s, kafka_s, delta_s)
 
-    def _tell(self, batch_id: int, out: BatchTables, *, written: bool) -> None:
+    def _tell(self, batch_id: int, out: BatchOutput, *, written: bool) -> None:
         if self.on_output is not None:
             self.on_output(batch_id, out, written)
 
@@ -402,30 +422,22 @@ class BatchCommitter:
                 per[name] = per.get(name, 0.0) + getattr(timings, name)
 
     def _account(
-        self, batch_id: int, out: BatchTables, skipped: bool | None, t0: float,
+        self, batch_id: int, out: BatchOutput, skipped: bool | None, t0: float,
         kafka_s: float,
     ) -> None:
         r = self.result
         r.batches += 1
         self.last_batch_id = batch_id
-        revisions = out.revisions
-        r.revisions += revisions.num_rows
-        r.late += out.late.num_rows
-        r.dead_letters += out.dead.num_rows
-        if revisions.num_rows:
+        counts = out.counts
+        r.revisions += counts.total_revisions
+        r.late += counts.late
+        r.dead_letters += counts.total_dead
+        if counts.total_revisions:
             if r.first_revision_s is None:
                 r.first_revision_s = time.monotonic() - self.started
-            wm = pc.max(revisions.column("watermark_ms")).as_py()
-            if wm is not None:
-                r.last_watermark_ms = max(r.last_watermark_ms, int(wm))
+            if counts.watermark_ms is not None:
+                r.last_watermark_ms = max(r.last_watermark_ms, counts.watermark_ms)
         if skipped:
             r.skipped_batches += 1
         r.kafka_seconds += kafka_s
         r.commit_seconds += time.monotonic() - t0
-
-
-def _stamp(revisions: pa.Table, emitted_at: int) -> pa.Table:
-    """``revisions`` with ``emitted_at_ms`` set to ``emitted_at`` on every row."""
-    i = revisions.schema.get_field_index("emitted_at_ms")
-    column = pa.array(np.full(revisions.num_rows, emitted_at, dtype=np.int64))
-    return revisions.set_column(i, revisions.schema.field(i), column)

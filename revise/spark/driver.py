@@ -29,6 +29,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -61,21 +62,16 @@ from revise.spark.committer import (
     delta_crash_point,
 )
 from revise.spark.failures import JobError, commit_failure
-from revise.spark.output import BatchTables
+from revise.spark.output import BatchOutput
 from revise.spark.rewind import rewind_unfinished
 from revise.spark.session import long_run_conf, spark_session, sql_setting
-from revise.spark.spark_log import batch_offsets, last_entry
+from revise.spark.spark_log import batch_offsets, last_entry, recorded_shuffle_partitions
 from revise.spark.stream import build_stream
+from revise.spark.task_output import TaskWriter, task_crash_from_env
 from revise.spark.watch import JobDriver, ProgressCallback
 from sinks.delta_tables import AfterWrite, DeltaSchemaError, DeltaTables
-from sinks.history_stage import HistoryStage
-from sinks.kafka import (
-    ChangelogConfig,
-    ProducerFencedError,
-    TransactionalChangelog,
-    end_offsets,
-    ensure_topics,
-)
+from sinks.file_stage import FileStage
+from sinks.kafka import ProducerFencedError, end_offsets, ensure_topics
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -233,10 +229,9 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
     result = JobResult(cfg.query_id)
     bounded = None
     if ends is not None:
-        bounded = BoundedEnd(cfg.kafka.input_topic, ends, cfg.spark.max_records_per_batch,
-                             str(control), cfg.spark.shards)
-        # Input that fits in one micro-batch (or no --max-records-per-batch) closes in the
-        # first one: the command goes in before the query starts.
+        bounded = BoundedEnd(cfg.kafka.input_topic, ends, str(control), cfg.spark.shards)
+        # A checkpoint whose last micro-batch read the input to its end (or an empty input)
+        # closes in the first one: the command goes in before the query starts.
         read, logged = batch_offsets(cfg.checkpoint, last_entry(cfg.checkpoint, OFFSETS_LOG),
                                      cfg.kafka.input_topic)
         if bounded.start_batch(read or {}, logged):
@@ -340,9 +335,9 @@ def _after_delta_write(crash: CrashHook | None, metrics: JobMetrics | None) -> A
 def _output_to(metrics: JobMetrics) -> OutputHook:
     """The committer's ``on_output``: each batch's output (after Kafka) to the metrics."""
 
-    def output(batch_id: int, out: BatchTables, kafka: bool) -> None:
-        metrics.observe_batch(batch_id, out.revisions, out.late, out.dead,
-                              open_windows=out.open_windows, written=kafka)
+    def output(batch_id: int, out: BatchOutput, kafka: bool) -> None:
+        metrics.observe_batch(batch_id, out.fresh_counts(), open_windows=out.open_windows,
+                              written=kafka)
 
     return output
 
@@ -363,7 +358,7 @@ class _Prepared:
 
     tables: DeltaTables
     ends: dict[int, int] | None
-    opening: Future[TransactionalChangelog]
+    opening: Future[TaskWriter]
 
 
 def _prepare(cfg: JobConfig, pool: ThreadPoolExecutor,
@@ -393,7 +388,7 @@ def _prepare(cfg: JobConfig, pool: ThreadPoolExecutor,
     note = retention_note(cfg, tables.longest_log_retention_ms)
     if note:
         log.info(note)
-    opening = pool.submit(_changelog(cfg).open)
+    opening = pool.submit(_changelog(cfg))
     try:
         ends = (end_offsets(cfg.kafka.bootstrap_servers, cfg.kafka.input_topic,
                             client_config=kafka.consumer_conf()) if cfg.once else None)
@@ -405,26 +400,23 @@ def _prepare(cfg: JobConfig, pool: ThreadPoolExecutor,
     return _Prepared(tables, ends, opening)
 
 
-def _changelog(cfg: JobConfig) -> TransactionalChangelog:
+def _changelog(cfg: JobConfig) -> Callable[[], TaskWriter]:
+    """The tasks' changelog writer, opened (every state partition taken over) when called."""
     kafka = cfg.kafka_settings
-    return TransactionalChangelog(ChangelogConfig(
-        bootstrap_servers=cfg.kafka.bootstrap_servers,
-        query_id=cfg.query_id,
-        changelog_topic=cfg.kafka.changelog_topic,
-        late_topic=cfg.kafka.late_topic,
-        dead_letter_topic=cfg.kafka.dead_letter_topic,
-        progress_topic=cfg.kafka.progress_topic,
-        transactional=cfg.kafka.transactional,
-        producer_config=kafka.producer_conf(),
-        consumer_config=kafka.consumer_conf(),
-        admin_config=kafka.admin_conf(),
-        revision_schema=cfg.revision_schema,
-    ))
+    writer = TaskWriter(
+        query_id=cfg.query_id, progress_topic=cfg.kafka.progress_topic,
+        topics={"revision": cfg.kafka.changelog_topic, "late": cfg.kafka.late_topic,
+                "dead": cfg.kafka.dead_letter_topic},
+        partitions=max(cfg.spark.shards, cfg.spark.shuffle_partitions or 0,
+                       recorded_shuffle_partitions(cfg.checkpoint) or 0),
+        java_conf=kafka.java_conf(), transactional=cfg.kafka.transactional,
+        crash=task_crash_from_env())
+    return lambda: writer.open(cfg.kafka.bootstrap_servers, kafka.producer_conf(),
+                               kafka.consumer_conf())
 
 
-
-def _history_stage(cfg: JobConfig) -> HistoryStage:
-    return HistoryStage(stage_dir(cfg.checkpoint), cfg.delta.commit_interval_ms / 1000)
+def _history_stage(cfg: JobConfig) -> FileStage:
+    return FileStage(stage_dir(cfg.checkpoint), cfg.delta.commit_interval_ms / 1000)
 
 
 def _recover_history(tables: DeltaTables, query_id: str) -> None:

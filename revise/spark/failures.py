@@ -10,6 +10,7 @@ restart, see the commit sequence in :mod:`revise.spark.committer`).
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 
 from revise.errors import ReviseError
@@ -73,13 +74,33 @@ _TAKEN_OVER = (
 
 
 def root_cause(text: str) -> str:
-    """The innermost ``Caused by:`` of a Java/Py4J error text, else its first line."""
-    causes = [ln.split("Caused by:", 1)[1].strip() for ln in text.splitlines()
+    """What failed, from a Java/Py4J or Python worker error text.
+
+    The exception line that ends the last Python traceback in it (a stateful task's Python
+    worker: its data files, its engine), else the innermost ``Caused by:``, else the first line.
+    """
+    lines = text.strip().splitlines()
+    python = _python_exception(lines)
+    if python is not None:
+        return python
+    causes = [ln.split("Caused by:", 1)[1].strip() for ln in lines
               if ln.lstrip().startswith("Caused by:")]
     if causes:
         return causes[-1]
-    lines = text.strip().splitlines()
-    return lines[0] if lines else ""
+    return lines[0].strip() if lines else ""
+
+
+def _python_exception(lines: list[str]) -> str | None:
+    """The ``Type: message`` line ending the last Python traceback among ``lines`` (None)."""
+    starts = [i for i, ln in enumerate(lines) if "Traceback (most recent call last):" in ln]
+    for start in reversed(starts):  # a later copy of the traceback may be cut short
+        for ln in lines[start + 1:]:
+            if ln and not ln[0].isspace() and _EXCEPTION_LINE.match(ln):
+                return ln.strip()
+    return None
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
 
 
 def _disk_full_hint(cfg: JobConfig, text: str) -> str | None:

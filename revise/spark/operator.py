@@ -26,7 +26,7 @@ from revise.config import EngineConfig
 from revise.engine import Engine, InputBatch
 from revise.records import DEAD_LETTER_SCHEMA, revision_schema
 from revise.spark.close_all import close_all_due, input_end_of_task
-from revise.spark.output import encode_output
+from revise.spark.output import REVISIONS_ONLY, MessageKinds, encode_output, stamp
 from revise.spark.shard_state import (
     BASE_DDL,
     LOG_DDL,
@@ -41,6 +41,7 @@ from revise.spark.shard_state import (
     should_rebase,
     skip_applied,
 )
+from revise.spark.task_output import HistoryTarget, batch_stamp
 from revise.spark.tws_input import install as _install_columnar_input
 
 if TYPE_CHECKING:
@@ -119,11 +120,15 @@ class ShardProcessor(_StatefulProcessor):
     """
 
     def __init__(self, engine_cfg: EngineConfig, topic: str,
-                 fields: InputColumns = VALUE_COLUMNS, token: str = "") -> None:
+                 fields: InputColumns = VALUE_COLUMNS, token: str = "",
+                 messages: MessageKinds = REVISIONS_ONLY,
+                 history: HistoryTarget | None = None) -> None:
         self._cfg = engine_cfg
         self._topic = topic
         self._fields = fields
         self._token = token
+        self._messages = messages
+        self._history = history
         self._schema = revision_schema(engine_cfg.aggs)
 
     def init(self, handle: Any) -> None:
@@ -161,7 +166,7 @@ class ShardProcessor(_StatefulProcessor):
                                 int(timer_values.getCurrentProcessingTimeInMs()))
         meta = Meta.of(self._meta.get())
         engine = self._engine(shard, meta)
-        chunks = _apply(engine, step, dead, self._schema, shard)
+        chunks = _apply(engine, step, dead, self._schema, shard, self._messages, self._history)
         self._store(shard, meta, engine, step, fired_timer_ms)
         return chunks
 
@@ -234,16 +239,38 @@ def _read_step(frames: Iterable[pd.DataFrame], topic: str, fields: InputColumns,
     return Step(batch_id, max(0, watermark_ms), now_ms, close_all, batch), dead
 
 
-def _apply(engine: Engine, step: Step, dead: list[pa.Table],
-           revision_schema: pa.Schema, shard: int) -> pd.DataFrame | None:
-    """Apply ``step`` to ``engine``; its revisions, too-late records and ``dead`` as output rows.
+def _apply(engine: Engine, step: Step, dead: list[pa.Table], revision_schema: pa.Schema,
+           shard: int, messages: MessageKinds,
+           history: HistoryTarget | None) -> pd.DataFrame | None:
+    """Apply ``step`` to ``engine``; its output written here, and the rows that say so.
 
-    With them, the shard's open windows after the step (the job's metrics).
+    The revisions carry the micro-batch's ``emitted_at_ms`` (:func:`batch_stamp`); the
+    revisions, too-late records and ``dead`` are written as data files of the history tables
+    (``history``; none without one) and framed as the Kafka messages ``messages`` asks for
+    (:func:`~revise.spark.output.encode_output`), with the shard's open windows after the step.
     """
     (revisions, *closing), late = apply_step(engine, step)
-    return encode_output(revisions=[revisions.to_arrow()], closing=[r.to_arrow() for r in closing],
-                         late=[late.to_arrow()], dead=dead, revision_schema=revision_schema,
-                         open_windows=(shard, engine.open_windows))
+    revs = pa.concat_tables([revisions.to_arrow(), *(r.to_arrow() for r in closing)])
+    revs = revs.cast(revision_schema)
+    emitted_at = batch_stamp()
+    if emitted_at is not None and revs.num_rows:
+        revs = stamp(revs, emitted_at)
+    late_table = late.to_arrow()
+    dead_table = pa.concat_tables(dead) if dead else DEAD_LETTER_SCHEMA.empty_table()
+    files = (None if history is None else
+             history.write(step.batch_id, shard, revs, late_table, dead_table))
+    return encode_output(revisions=revs, late=late_table, dead=dead_table,
+                         revision_schema=revision_schema, files=files,
+                         open_windows=(shard, engine.open_windows), messages=messages,
+                         partition=_partition_id())
+
+
+def _partition_id() -> int:
+    """The running task's partition: the state partition it computes."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx else 0
 
 
 def _batch_id() -> int:

@@ -1,61 +1,214 @@
-"""The stateful operator's output: a shard's Arrow tables as a few rows of IPC chunks, and back.
+"""The stateful operator's output rows, and what the driver reads of them.
 
-The operator (:mod:`revise.spark.operator`) returns its revisions, too-late records and
-dead letters as a few rows holding Arrow IPC streams (``kind``, ``rows``, ``payload``):
-Spark moves a few large binary values instead of converting every revision row pandas →
-Arrow → Spark rows → Arrow on the way to the driver, which collects them anyway (Kafka and
-Delta are written from there). :func:`encode_output` writes them in the Python worker;
-on the driver :func:`decode_output` turns the collected rows back into one typed
-:class:`BatchTables`.
+Each shard call of the operator (:mod:`revise.spark.operator`) ends with its output written
+where it was computed: its records as Kafka messages (rows ``msg:<i>``, framed, which the same
+task's JVM writer commits, ``revise.jvm.TaskChangelog``) and as Delta data files (written by
+the worker, ``sinks.delta_files``; rows ``file:<table>`` carry the files' records). What else
+comes back to the driver is small: the shard's counts (``counts``: revisions by timing,
+too-late records, dead letters by reason, the highest watermark), its open windows
+(``open``), each task's Kafka report (``kafka``), and, for the MERGE into ``latest`` that the
+driver runs, the revisions as Arrow IPC chunks (``revision``). :func:`encode_output` writes the
+rows in the Python worker; on the driver :func:`decode_output` turns the collected rows into
+one :class:`BatchOutput`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from revise.records import REVISION_SCHEMA
 
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql.types import StructType
 
+    from sinks.delta_files import DataFile
+
 __all__ = [
     "CHUNK_ROWS",
-    "KIND_SCHEMAS",
+    "COUNTS_KIND",
+    "FILE_KIND",
+    "MESSAGE_KINDS",
     "OPEN_KIND",
     "OUTPUT_IPC",
-    "BatchTables",
+    "REPORT_KIND",
+    "REVISIONS_ONLY",
+    "BatchCounts",
+    "BatchOutput",
+    "MessageKinds",
     "decode_output",
     "encode_output",
-    "kind_schemas",
     "output_type",
+    "stamp",
 ]
 
-KIND_SCHEMAS: Final[dict[str, pa.Schema]] = {
-    "revision": REVISION_SCHEMA,
-    "closing": REVISION_SCHEMA,
-    "late": LATE_SCHEMA,
-    "dead": DEAD_LETTER_SCHEMA,
-}
-"""The operator's output kinds (the ``kind`` column) and the schema of each payload, for
-the bare ``--aggs`` columns; :func:`kind_schemas` gives them for any revision schema.
-``closing``: the FINALs of a close-all (:func:`decode_output` gives them the batch's last real
-watermark)."""
+MESSAGE_KINDS: Final = ("revision", "late", "dead")
+"""The record kinds that become Kafka messages, in the order of their topic index: a row of
+kind ``msg:<i>`` holds messages of ``MESSAGE_KINDS[i]`` (``sinks.kafka.partitions.frame``)."""
+
+REPORT_KIND: Final = "kafka"
+"""The kind of the row each task adds after writing its messages (``revise.jvm.TaskChangelog``):
+its report, JSON."""
+
+OPEN_KIND: Final = "open"
+"""The kind of the row in which a shard reports its open windows (``rows``; no payload)."""
+
+COUNTS_KIND: Final = "counts"
+"""The kind of the row holding a shard call's :class:`BatchCounts` (JSON; ``rows`` = its state
+partition)."""
+
+FILE_KIND: Final = "file:"
+"""Prefix of the kind of a row holding one data file's record; the rest is the table."""
+
+CHUNK_ROWS = 250_000
+"""Rows per IPC chunk (~120 MB of revisions at most): far below Spark's 2 GB value limit."""
+
+OUTPUT_IPC: Final = pa.ipc.IpcWriteOptions(compression="zstd")
+"""The ``revision`` chunks are zstd-compressed: every byte of them is copied from the Python
+worker through the JVM's rows, the task's result and the driver's socket, and crosses the
+network to the driver on a cluster. A close of 210k windows: 40.4 MB → 15.8 MB for +8 ms
+to write and +15 ms to read (docs/lab/benchmarks-diary.md, *The operator's output
+compressed*)."""
 
 
-def kind_schemas(revision_schema: pa.Schema = REVISION_SCHEMA) -> dict[str, pa.Schema]:
-    """:data:`KIND_SCHEMAS` with ``revision_schema`` (``revise.records.revision_schema``)."""
-    return {**KIND_SCHEMAS, "revision": revision_schema, "closing": revision_schema}
+@dataclass(frozen=True, slots=True)
+class MessageKinds:
+    """Which record kinds the tasks write to Kafka.
+
+    Revisions always; too-late records and dead letters when a topic takes them
+    (``--late-topic``, ``--dead-letter-topic``).
+    """
+
+    late: bool = False
+    dead: bool = False
+
+    def wants(self, kind: str) -> bool:
+        """Whether ``kind`` (one of :data:`MESSAGE_KINDS`) goes to Kafka."""
+        return kind == "revision" or (kind == "late" and self.late) or (
+            kind == "dead" and self.dead)
+
+
+REVISIONS_ONLY: Final = MessageKinds()
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts:
+    """What a micro-batch (or one shard call of it) produced, counted.
+
+    Attributes:
+        revisions: Revisions by timing.
+        late: Too-late records.
+        dead: Dead letters by reason.
+        watermark_ms: The highest watermark a revision carried (None: no revision).
+    """
+
+    revisions: Mapping[str, int] = field(default_factory=dict)
+    late: int = 0
+    dead: Mapping[str, int] = field(default_factory=dict)
+    watermark_ms: int | None = None
+
+    @property
+    def total_revisions(self) -> int:
+        """Revisions of every timing."""
+        return sum(self.revisions.values())
+
+    @property
+    def total_dead(self) -> int:
+        """Dead letters of every reason."""
+        return sum(self.dead.values())
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing was produced."""
+        return not (self.total_revisions or self.late or self.total_dead)
+
+    def __add__(self, other: BatchCounts) -> BatchCounts:
+        marks = [w for w in (self.watermark_ms, other.watermark_ms) if w is not None]
+        return BatchCounts(dict(Counter(self.revisions) + Counter(other.revisions)),
+                           self.late + other.late, dict(Counter(self.dead) + Counter(other.dead)),
+                           max(marks) if marks else None)
+
+    @classmethod
+    def of(cls, revisions: pa.Table, late: pa.Table, dead: pa.Table) -> BatchCounts:
+        """The counts of one shard call's tables."""
+        watermark = (pc.max(revisions.column("watermark_ms")).as_py() if revisions.num_rows
+                     else None)
+        return cls(_value_counts(revisions, "timing"), late.num_rows,
+                   _value_counts(dead, "reason"), watermark)
+
+    def to_json(self) -> bytes:
+        """The counts as the ``counts`` row's payload."""
+        return json.dumps({"revisions": self.revisions, "late": self.late, "dead": self.dead,
+                           "watermark_ms": self.watermark_ms}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> BatchCounts:
+        """The counts :meth:`to_json` wrote."""
+        o = json.loads(data)
+        return cls(o["revisions"], int(o["late"]), o["dead"], o["watermark_ms"])
+
+
+def _value_counts(table: pa.Table, column: str) -> dict[str, int]:
+    if not table.num_rows:
+        return {}
+    counts = pc.value_counts(table.column(column)).to_pylist()
+    return {str(c["values"]): int(c["counts"]) for c in counts}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutput:
+    """One micro-batch's output as the driver sees it.
+
+    Attributes:
+        revisions: Revisions (the job's ``revise.records.revision_schema``), each window's in
+            revision order, for the MERGE into ``latest``.
+        files: The history tables' data files the tasks wrote, by table.
+        counts: What the batch produced, counted.
+        partition_counts: The same, per state partition.
+        open_windows: Open windows after the batch, per shard the batch called (the job's
+            ``revise_open_windows`` metric, ``revise.ops.metrics``).
+        reports: What each task that wrote messages did (``partition``, ``attempt``,
+            ``messages``, ``skipped``: the partition had committed the batch before,
+            ``seconds``).
+    """
+
+    revisions: pa.Table
+    files: dict[str, list[DataFile]] = field(default_factory=dict)
+    counts: BatchCounts = field(default_factory=BatchCounts)
+    partition_counts: dict[int, BatchCounts] = field(default_factory=dict)
+    open_windows: dict[int, int] = field(default_factory=dict)
+    reports: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """True when the batch produced nothing at all."""
+        return self.counts.empty
+
+    def fresh_counts(self) -> BatchCounts:
+        """The counts of the partitions whose Kafka transaction this run committed.
+
+        A partition that had committed the batch before (a replay after a crash; its report
+        says ``skipped``) is left out, so a metric counts each record once.
+        """
+        skipped = {int(r["partition"]) for r in self.reports
+                   if r.get("skipped") and r.get("messages")}
+        total = BatchCounts()
+        for partition, counts in self.partition_counts.items():
+            if partition not in skipped:
+                total = total + counts
+        return total
 
 
 def output_type() -> StructType:
-    """The operator's output rows: Arrow IPC chunks (``payload``) of one ``kind`` each.
+    """The operator's output rows: ``kind``, ``rows``, ``payload`` (see the module).
 
     A type object, not DDL text, which the cold JVM's SQL parser would read at the job's start.
     """
@@ -65,79 +218,66 @@ def output_type() -> StructType:
             .add("payload", BinaryType()))
 
 
-OPEN_KIND: Final = "open"
-"""The kind of the row in which a shard reports its open windows (no Arrow payload)."""
-
-CHUNK_ROWS = 250_000
-"""Rows per IPC chunk (~120 MB of revisions at most): far below Spark's 2 GB value limit."""
-
-OUTPUT_IPC: Final = pa.ipc.IpcWriteOptions(compression="zstd")
-"""The operator's chunks are zstd-compressed: every byte of them is copied from the Python
-worker through the JVM's rows, the task's Arrow result and the driver's socket, and crosses
-the network to the driver on a cluster. A close of 210k windows: 40.4 MB → 15.8 MB for +8 ms
-to write and +15 ms to read (lz4: 18.9 MB, +45 ms); on the 1M-key daily run the
-close's collect took 1.2–1.8 s against 1.9–2.2 s and the JVM ~2.5 CPU s less a run
-(docs/lab/benchmarks-diary.md, *The operator's output compressed*). :func:`decode_output` needs
-nothing: Arrow's reader reads either."""
-
-
-@dataclass(frozen=True, slots=True)
-class BatchTables:
-    """One micro-batch's output on the driver, as Arrow tables.
-
-    Attributes:
-        revisions: Revisions (the job's ``revise.records.revision_schema``), each window's
-            in revision order.
-        late: Too-late records (:data:`~revise.records.LATE_SCHEMA`).
-        dead: Dead letters (:data:`~revise.records.DEAD_LETTER_SCHEMA`).
-        open_windows: Open windows after the batch, per shard the batch called (the job's
-            ``revise_open_windows`` metric, ``revise.ops.metrics``).
-    """
-
-    revisions: pa.Table
-    late: pa.Table
-    dead: pa.Table
-    open_windows: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def empty(self) -> bool:
-        """True when the batch produced nothing at all."""
-        return not (self.revisions.num_rows or self.late.num_rows or self.dead.num_rows)
-
-
-def encode_output(*, revisions: Sequence[pa.Table], late: Sequence[pa.Table],
-                  dead: Sequence[pa.Table], closing: Sequence[pa.Table] = (),
+def encode_output(*, revisions: pa.Table, late: pa.Table, dead: pa.Table,
                   revision_schema: pa.Schema = REVISION_SCHEMA,
-                  open_windows: tuple[int, int] | None = None) -> pd.DataFrame | None:
-    """A shard's output tables → the operator's rows (None when all are empty).
+                  files: Mapping[str, Sequence[DataFile]] | None = None,
+                  open_windows: tuple[int, int] | None = None,
+                  messages: MessageKinds = REVISIONS_ONLY,
+                  partition: int = 0) -> pd.DataFrame | None:
+    """A shard call's output → the operator's rows (None when there is nothing to say).
 
-    One row per kind and chunk of at most :data:`CHUNK_ROWS` rows: ``kind``, ``rows``,
-    ``payload`` (an Arrow IPC stream with the kind's schema; revisions and a close-all's
-    ``closing`` FINALs in ``revision_schema``). ``open_windows`` ``(shard, count)`` adds a row
-    of kind :data:`OPEN_KIND` (``rows`` = the count, ``payload`` = the shard's number as
-    text). :func:`decode_output` is the inverse.
+    ``revisions`` (in ``revision_schema``, each window's in revision order, a close-all's FINALs
+    last, already stamped, :func:`stamp`), ``late`` and ``dead`` give the Kafka messages of the
+    kinds ``messages`` asks for and the counts; ``revisions`` also the ``revision`` chunks for
+    ``latest``. ``files``: the data files the worker wrote for them. ``open_windows``
+    ``(shard, count)``: the shard's open windows after the call. ``partition``: the state
+    partition of the task (the ``counts`` row's ``rows``).
     """
-    schemas = kind_schemas(revision_schema)
-    chunks: list[tuple[str, int, bytes]] = []
+    rows: list[tuple[str, int, bytes]] = []
     if open_windows is not None:
         shard, count = open_windows
-        chunks.append((OPEN_KIND, count, str(shard).encode()))
-    for kind, tables in (("revision", revisions), ("closing", closing), ("late", late),
-                         ("dead", dead)):
-        if not any(t.num_rows for t in tables):
-            continue
-        table = pa.concat_tables(tables).cast(schemas[kind])
-        for start in range(0, table.num_rows, CHUNK_ROWS):
-            chunks.append((kind, *_ipc(table.slice(start, CHUNK_ROWS))))
-    if not chunks:
+        rows.append((OPEN_KIND, count, str(shard).encode()))
+    counts = BatchCounts.of(revisions, late, dead)
+    if not counts.empty:
+        rows.append((COUNTS_KIND, partition, counts.to_json()))
+    for i, (kind, table) in enumerate((("revision", revisions), ("late", late),
+                                       ("dead", dead))):
+        if table.num_rows and messages.wants(kind):
+            rows.append((f"msg:{i}", table.num_rows, _messages(kind, table, revision_schema)))
+    for table_name, table_files in (files or {}).items():
+        rows.extend((FILE_KIND + table_name, f.num_records, f.to_json()) for f in table_files)
+    if revisions.num_rows:
+        cast = revisions.cast(revision_schema)
+        for start in range(0, cast.num_rows, CHUNK_ROWS):
+            rows.append(("revision", *_ipc(cast.slice(start, CHUNK_ROWS))))
+    if not rows:
         return None
     import pandas as pd
 
     return pd.DataFrame({
-        "kind": [k for k, _n, _b in chunks],
-        "rows": [n for _k, n, _b in chunks],
-        "payload": [b for _k, _n, b in chunks],
+        "kind": [k for k, _n, _b in rows],
+        "rows": [n for _k, n, _b in rows],
+        "payload": [b for _k, _n, b in rows],
     })
+
+
+def stamp(revisions: pa.Table, emitted_at_ms: int) -> pa.Table:
+    """``revisions`` with ``emitted_at_ms`` set to ``emitted_at_ms`` on every row."""
+    i = revisions.schema.get_field_index("emitted_at_ms")
+    column = pa.array(np.full(revisions.num_rows, emitted_at_ms, dtype=np.int64))
+    return revisions.set_column(i, revisions.schema.field(i), column)
+
+
+def _messages(kind: str, table: pa.Table, revision_schema: pa.Schema) -> bytes:
+    """One kind's records as framed Kafka messages (the changelog's JSON)."""
+    from sinks.kafka.codec import encode_dead_letters, encode_late, encode_revisions
+    from sinks.kafka.partitions import frame
+
+    if kind == "revision":
+        return frame(*encode_revisions(table.cast(revision_schema), revision_schema))
+    if kind == "late":
+        return frame(*encode_late(table))
+    return frame(*encode_dead_letters(table))
 
 
 def _ipc(table: pa.Table) -> tuple[int, bytes]:
@@ -149,42 +289,39 @@ def _ipc(table: pa.Table) -> tuple[int, bytes]:
 
 
 def decode_output(collected: pa.Table,
-                  revision_schema: pa.Schema = REVISION_SCHEMA) -> BatchTables:
-    """The stateful operator's collected chunks → one table per kind (empty ones included).
+                  revision_schema: pa.Schema = REVISION_SCHEMA) -> BatchOutput:
+    """The micro-batch's collected rows → a :class:`BatchOutput`.
 
     ``revision_schema``: the job's (``revise.records.revision_schema`` of its aggregates).
-
     Chunks keep their order (the order Spark collected them in); rows inside a chunk keep the
-    engine's emission order, and a close-all's FINALs follow every other revision, so one
-    window's revisions of a batch stay in revision order.
-
-    A close-all's FINALs carry the last real watermark (SPEC §3: the max accepted event time
-    of all input, minus the delay). Each shard closes at its own view of it, the batch's
-    watermark raised by the event times the shard accepted in that batch (which is exact
-    when the close-all has a micro-batch of its own, and too low for some shards when it
-    comes with the rest of the input, ``revise.spark.close_all``); the highest of them is
-    the global one, which every closing FINAL gets here.
+    engine's emission order, so one window's revisions of a batch stay in revision order.
     """
-    schemas = kind_schemas(revision_schema)
-    parts: dict[str, list[pa.Table]] = {k: [] for k in schemas}
+    from sinks.delta_files import DataFile
+
     kinds = collected.column("kind").to_pylist()
     payloads = collected.column("payload")
+    counts = collected.column("rows")
+    chunks: list[pa.Table] = []
+    files: dict[str, list[DataFile]] = {}
+    by_partition: dict[int, BatchCounts] = {}
     open_windows: dict[int, int] = {}
+    reports: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
-        if kind == OPEN_KIND:
-            open_windows[int(payloads[i].as_py())] = int(collected.column("rows")[i].as_py())
-            continue
-        parts[kind].append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
-    tables = {
-        k: pa.concat_tables(v) if v else schemas[k].empty_table() for k, v in parts.items()
-    }
-    closing = tables["closing"]
-    revisions = tables["revision"]
-    if closing.num_rows:
-        watermark = closing.column("watermark_ms")
-        last = pa.array(np.full(closing.num_rows, pc.max(watermark).as_py(), dtype=np.int64),
-                        watermark.type)
-        closing = closing.set_column(closing.schema.get_field_index("watermark_ms"),
-                                     closing.schema.field("watermark_ms"), last)
-        revisions = pa.concat_tables([revisions, closing])
-    return BatchTables(revisions, tables["late"], tables["dead"], open_windows)
+        if kind == "revision":
+            chunks.append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
+        elif kind.startswith(FILE_KIND):
+            files.setdefault(kind[len(FILE_KIND):], []).append(
+                DataFile.from_json(payloads[i].as_py()))
+        elif kind == COUNTS_KIND:
+            p = int(counts[i].as_py())
+            by_partition[p] = by_partition.get(p, BatchCounts()) + BatchCounts.from_json(
+                payloads[i].as_py())
+        elif kind == OPEN_KIND:
+            open_windows[int(payloads[i].as_py())] = int(counts[i].as_py())
+        elif kind == REPORT_KIND:
+            reports.append(json.loads(payloads[i].as_py()))
+    revisions = pa.concat_tables(chunks) if chunks else revision_schema.empty_table()
+    total = BatchCounts()
+    for c in by_partition.values():
+        total = total + c
+    return BatchOutput(revisions, files, total, by_partition, open_windows, tuple(reports))

@@ -14,7 +14,8 @@ import json
 
 from revise.checkpoint import COMMITS_LOG, OFFSETS_LOG, SparkLog, spark_log_dir
 
-__all__ = ["batch_offsets", "batch_watermark", "last_committed_batch", "last_entry"]
+__all__ = ["batch_offsets", "batch_watermark", "last_committed_batch", "last_entry",
+           "recorded_shuffle_partitions"]
 
 
 def last_entry(checkpoint: str, log: SparkLog) -> int:
@@ -73,4 +74,21 @@ def batch_watermark(checkpoint: str, batch_id: int) -> int | None:
     try:
         return int(json.loads(path.read_text().splitlines()[1])["batchWatermarkMs"])
     except (OSError, IndexError, KeyError, TypeError, ValueError):
+        return None
+
+
+def recorded_shuffle_partitions(checkpoint: str) -> int | None:
+    """The stateful operator's partition count the checkpoint fixed (None: no batch yet).
+
+    Spark records ``spark.sql.shuffle.partitions`` in each offset log entry's second line
+    (the batch's metadata) and keeps using it on every restart.
+    """
+    last = last_entry(checkpoint, OFFSETS_LOG)
+    if last < 0:
+        return None
+    try:
+        meta = json.loads(spark_log_dir(checkpoint, OFFSETS_LOG).joinpath(str(last))
+                          .read_text().splitlines()[1])
+        return int(meta["conf"]["spark.sql.shuffle.partitions"])
+    except (OSError, ValueError, KeyError, IndexError):
         return None

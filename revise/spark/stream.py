@@ -27,7 +27,8 @@ from revise.spark.operator import (
     InputColumns,
     ShardProcessor,
 )
-from revise.spark.output import output_type
+from revise.spark.output import MessageKinds, output_type
+from revise.spark.task_output import HistoryTarget
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -107,7 +108,11 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
     )
     shards = _keep_late_rows(events, cfg.engine.watermark_delay_ms).groupBy("shard")
     processor = ShardProcessor(cfg.engine, cfg.kafka.input_topic, fields,
-                               token=f"{cfg.query_id}@{cfg.checkpoint}")
+                               token=f"{cfg.query_id}@{cfg.checkpoint}",
+                               messages=MessageKinds(late=cfg.kafka.late_topic is not None,
+                                                     dead=cfg.kafka.dead_letter_topic is not None),
+                               history=HistoryTarget(cfg.delta.path, None, cfg.query_id,
+                                                     cfg.revision_schema))
     return shards.transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=output_type(), outputMode="Update",
         timeMode="EventTime",

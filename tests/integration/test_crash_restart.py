@@ -56,7 +56,7 @@ def _crash_at(point: str, args: list[str], checkpoint: str, n_data_batches: int,
     """Run the job killed at ``point`` of the batch after the first one not yet committed.
 
     Every batch up to ``n_data_batches - 1`` reads input, so has output and the crash fires;
-    the last of them also closes every window (the close-all comes with the rest of the input).
+    the close-all follows in a micro-batch of its own.
     """
     target = min(_next_batch(checkpoint) + 1, n_data_batches - 1)
     run = CliRun(args, cwd=tmp_path, env={"REVISE_CRASH_AT": f"{point}:{target}"},
@@ -78,9 +78,10 @@ def test_kill_at_every_commit_point_loses_and_duplicates_nothing(
     args = [*setup.cli_args(), "--delta-commit-interval", "0s"]
     history = []
 
-    # 1.–5. each commit point, aimed at the first batch not yet committed
-    for point in ("before_kafka_commit", "after_kafka", "during_delta", "before_latest",
-                  "after_delta"):
+    # 1.–6. each commit point, aimed at the first batch not yet committed; after_partition_commit
+    # kills the job once partition 0's transaction committed, the other partition's in any state
+    for point in ("before_kafka_commit", "after_partition_commit", "after_kafka",
+                  "during_delta", "before_latest", "after_delta"):
         target, run = _crash_at(point, args, setup.checkpoint, n_data_batches, tmp_path)
         history.append(f"{point}:{target}")
         if point == "before_latest":  # latest left behind: a batch Spark recorded is not in it
@@ -93,7 +94,7 @@ def test_kill_at_every_commit_point_loses_and_duplicates_nothing(
             # this start redid that MERGE from revisions, before its first batch
             assert re.search(r"latest caught up with \d+ revisions", run.log()), run.tail()
 
-    # 6. to completion
+    # 7. to completion
     run = CliRun(args, cwd=tmp_path, log=tmp_path / "run-final.log")
     rc = run.wait(RUN_TIMEOUT_S)
     assert rc == 0, run.tail()
@@ -117,8 +118,8 @@ def _staged(checkpoint: str) -> list[str]:
 
 
 def test_kill_with_batches_staged_for_delta_loses_and_duplicates_nothing(job_setup, tmp_path):
-    """Micro-batches Spark has recorded but whose history rows wait in the stage (a long
-    ``--delta-commit-interval``) are written by the next start, before its first batch."""
+    """Micro-batches Spark has recorded but whose history data files wait in the stage (a long
+    ``--delta-commit-interval``) are committed by the next start, before its first batch."""
     setup = job_setup("staged", window="tumbling:2s", grace_ms=3_000, max_records_per_batch=200)
     stream = generate(GeneratorConfig(events=1_000, keys=10, seed=7, disorder_ms=2_000,
                                       late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.04))
@@ -131,7 +132,7 @@ def test_kill_with_batches_staged_for_delta_loses_and_duplicates_nothing(job_set
     rc = run.wait(RUN_TIMEOUT_S)
     assert rc == -signal.SIGKILL, f"no crash (rc={rc}):\n{run.tail()}"
     assert _next_batch(setup.checkpoint) == 3, "Spark had not recorded batches 0-2"
-    assert _staged(setup.checkpoint) == ["batch-000000000001", "batch-000000000002"]
+    assert _staged(setup.checkpoint) == ["batch-000000000001.json", "batch-000000000002.json"]
     app = f"revise-{setup.query_id}"
     assert RustDeltaTable(f"{setup.delta_path}/revisions").transaction_version(app) == 0
 

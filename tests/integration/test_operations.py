@@ -33,7 +33,13 @@ from revise.infra.procs import free_port
 from revise.ops.metrics import dead_letter_category
 from revise.ops.runfile import STALE_S, RunInfo, read_run_file
 from revise.ops.status import BEHIND, OK, STOPPED, job_status
-from sinks.kafka import decode_late, decode_revision, read_committed, read_last_progress
+from sinks.kafka import (
+    decode_late,
+    decode_revision,
+    last_committed,
+    read_committed,
+    read_progress,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta]
 
@@ -107,9 +113,10 @@ def test_metrics_of_a_running_job_match_what_it_wrote_and_status_follows_it(job_
         windows = {(r["key"], r["window_start_ms"]) for r in changelog}
         finals = {(r["key"], r["window_start_ms"]) for r in changelog if r["is_final"]}
         assert one(s, "revise_open_windows") == len(windows - finals) > 0
-        marker = read_last_progress(setup.bootstrap, "_revise_progress", setup.query_id)
+        marker = last_committed(read_progress(setup.bootstrap, "_revise_progress",
+                                              setup.query_id))
         assert marker is not None
-        assert one(s, "revise_kafka_last_committed_batch") == marker.batch_id
+        assert one(s, "revise_kafka_last_committed_batch") == marker.batch
         assert one(s, "revise_watermark_ms") >= max(r["watermark_ms"] for r in changelog)
         assert one(s, "revise_watermark_delay_seconds") > 0
         stages = by_label(s, "revise_batch_stage_seconds_count", "stage")
@@ -167,14 +174,14 @@ def test_status_of_a_stopped_bounded_run_and_of_run_files_left_behind(job_setup,
     batches = spark_batches(setup.checkpoint, setup.input_topic)
     revisions = read_delta(setup.delta_path, "revisions")
     dead = read_delta(setup.delta_path, "dead_letter")
-    marker = read_last_progress(setup.bootstrap, "_revise_progress", setup.query_id)
+    marker = last_committed(read_progress(setup.bootstrap, "_revise_progress", setup.query_id))
     assert st.running is False and st.why == "stopped cleanly" and st.exit_code == STOPPED
     assert st.query_id == setup.query_id
     assert st.last_batch_id == batches[-1].batch_id
     assert st.watermark_ms == batches[-1].watermark_ms
     ends = {int(p): n for p, n in batches[-1].kafka_end.items()}
     assert st.input_lag == {p: 0 for p in ends} and sum(ends.values()) == len(stream)
-    assert marker is not None and st.kafka_batch_id == marker.batch_id
+    assert marker is not None and st.kafka_batch_id == marker.batch
     assert st.kafka_batch_id >= max(r["batch_id"] for r in revisions)
     tables = {t.table: t for t in st.delta}
     # A table's app transaction is the highest batch of its last commit (a staged commit's

@@ -42,13 +42,14 @@ def test_once_run_is_exactly_once_and_matches_the_oracle(case, job_setup, spark)
     result = run_job(setup.job_config(), spark=spark, timeout_s=400)
 
     report = check_run(setup)
-    # The close came with the rest of the input: the batch that read it is the last one and
-    # read input records (revise.spark.close_all), so no micro-batch of its own; and no
-    # micro-batch read nothing (Spark's no-data batches are off for a bounded run only).
+    # The close has a micro-batch of its own, after the one that read the input to its end
+    # (revise.spark.close_all: every task then closes at the global watermark); it is the
+    # last, and no other micro-batch read nothing (Spark's no-data batches are off for a
+    # bounded run only).
     batches = spark_batches(setup.checkpoint, setup.input_topic)
     *_, before, last = batches
     assert last.control is not None and before.control is None
-    assert last.kafka_end != before.kafka_end, "the close took a micro-batch of its own"
+    assert last.kafka_end == before.kafka_end, "the close came with input"
     assert all((b.kafka_end, b.control) != (a.kafka_end, a.control)
                for a, b in zip(batches, batches[1:], strict=False)), batches
     assert spark.conf.get(NO_DATA_BATCHES) == "true", "the session's own setting changed"

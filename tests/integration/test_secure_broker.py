@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
 
 from revise.infra import broker, secure
 from revise.infra.procs import pid_alive
+from sinks.kafka.partitions import adopt, read_progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -264,10 +265,17 @@ def test_job_acls_are_enough_and_no_more(cluster: broker.BrokerCluster) -> None:
         time.sleep(0.5)
     got = _consume({**conf, "group.id": f"revise-{uuid.uuid4().hex[:8]}"}, inp, 3)
     assert sorted(got) == [b"1", b"2", b"3"]
-    _produce_txn(conf, out, got, f"revise-{query_id}")
+    _produce_txn(conf, out, got, f"revise-{query_id}-p0")
     marker = _consume({**conf, "group.id": f"revise-{uuid.uuid4().hex[:8]}",
                        "isolation.level": "read_committed"}, progress, 1)
     assert marker == [b"probe"]
+    # the job's start: the progress topic grown to its state partitions, each partition's id
+    # initialized and its progress committed for the group revise-<query_id>, then read back
+    client = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
+    assert adopt(cluster.bootstrap_servers, progress, query_id, 3, producer_config=client,
+                 consumer_config=client) == 0
+    assert [p.epoch for p in read_progress(cluster.bootstrap_servers, progress, query_id,
+                                           client_config=client)] == [0, 0, 0]
     assert [e.code() for e in _produce_plain(conf, inp, [b"no"])] == [
         KafkaError.TOPIC_AUTHORIZATION_FAILED], "the input topic must not be writable"
     assert [e.code() for e in _produce_plain(conf, other, [b"no"])] == [

@@ -2,18 +2,19 @@
 
 Real Spark runs it in every integration test of a bounded run (``integration_support.replay``
 reads the commands each micro-batch read and checks the close against them); here the
-decisions themselves, and the closing FINALs' watermark.
+decisions themselves, and a shard's output rows (its revisions stamped and framed as messages).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import struct
 from pathlib import Path
 
 import pyarrow as pa
 from test_job_options import config
-from test_overlap_commit import _Batch, _Changelog, _Tables
+from test_overlap_commit import NOTHING_COLLECTED, _Batch, _Changelog, _output, _Tables
 
 from revise.checkpoint import OFFSETS_LOG, spark_log_dir
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
@@ -27,8 +28,10 @@ from revise.spark.close_all import (
     write_close_all,
 )
 from revise.spark.committer import BatchCommitter, JobResult
-from revise.spark.output import BatchTables, decode_output, encode_output
+from revise.spark.output import MessageKinds, decode_output, encode_output, stamp
 from revise.spark.spark_log import batch_offsets, last_entry
+from revise.spark.task_output import BATCH_PROPERTY
+from sinks.kafka import decode_revision_row, revision_key
 
 
 def _commands(path: Path) -> list[dict]:
@@ -73,37 +76,25 @@ def _progress(read: dict[int, int], control: int | None) -> dict:
     return {"sources": sources}
 
 
-def test_the_command_is_written_once_the_rest_fits_a_batch_and_closes_when_read(tmp_path):
-    end = BoundedEnd("in", {0: 500, 1: 100}, 200, str(tmp_path), 2)
-    assert not end.start_batch({0: 100}, -1)  # 500 left after this batch
+def test_the_command_is_written_once_a_batch_reads_to_the_end_and_closes_the_next(tmp_path):
+    end = BoundedEnd("in", {0: 500, 1: 100}, str(tmp_path), 2)
+    assert not end.start_batch({0: 100}, -1)  # input left after this batch
+    assert not end.start_batch({0: 499, 1: 100}, -1)
     assert not list(tmp_path.iterdir())
-    assert end.start_batch({0: 400, 1: 0}, -1)  # 200 left: the next batch reads all of it
+    assert end.start_batch({0: 500, 1: 100}, -1)  # this batch reads the rest
     (written,) = tmp_path.glob("close-*.json")
     assert {r["command"] for r in _commands(written)} == {'close_all_at:{"0":500,"1":100}'}
     assert not end.start_batch({0: 500, 1: 100}, -1)  # one command at a time
-    end.see(_progress({0: 400}, None))  # the batch that wrote it did not read it
+    end.see(_progress({0: 500, 1: 100}, None))  # the batch that wrote it did not read it
     assert not end.closed
-    end.see(_progress({0: 500, 1: 100}, 0))  # the next one read it with the rest
+    end.see(_progress({0: 500, 1: 100}, 0))  # the next one read it: a batch of its own
     assert end.closed
     assert not end.start_batch({0: 500, 1: 100}, 0)
 
 
-def test_a_command_read_short_of_the_end_is_followed_by_another(tmp_path):
-    end = BoundedEnd("in", {0: 500}, 200, str(tmp_path), 1)
-    assert end.start_batch({0: 300}, 4)
-    end.see(_progress({0: 480}, 5))  # read, but Spark stopped short of the end
-    assert not end.closed
-    assert end.start_batch({0: 480}, 5)
-    assert len(list(tmp_path.glob("close-*.json"))) == 2
-    end.see(_progress({0: 520}, 5))  # control not past the second command: not read yet
-    assert not end.closed
-    end.see(_progress({0: 520}, 6))
-    assert end.closed
-
-
-def test_without_a_limit_the_command_goes_with_the_first_batch(tmp_path):
-    end = BoundedEnd("in", {0: 10**9}, None, str(tmp_path), 1)
-    assert end.start_batch({}, -1)  # before the query starts: batch 0 reads all there is
+def test_an_empty_input_closes_in_the_first_batch(tmp_path):
+    end = BoundedEnd("in", {0: 0}, str(tmp_path), 1)
+    assert end.start_batch({}, -1)  # before the query starts: batch 0 closes
 
 
 def _revisions(watermark_ms: int, n: int, key: str) -> pa.Table:
@@ -116,27 +107,39 @@ def _revisions(watermark_ms: int, n: int, key: str) -> pa.Table:
                                 schema=REVISION_SCHEMA)
 
 
-def test_closing_finals_carry_the_highest_watermark_any_shard_closed_at():
-    # Shard A accepted records up to a later event time in the batch than shard B: each closed
-    # at its own view of the last real watermark; the global one is the highest.
-    a = encode_output(revisions=[_revisions(100, 1, "a")], closing=[_revisions(900, 2, "a")],
-                      late=[], dead=[])
-    b = encode_output(revisions=[], closing=[_revisions(100, 1, "b")], late=[], dead=[])
-    import pandas as pd
+def test_a_shards_rows_stamp_its_revisions_and_frame_them_as_the_changelogs_messages():
+    revisions = stamp(_revisions(100, 3, "a"), 1234)
+    late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
+    rows = encode_output(revisions=revisions, late=late, dead=dead, messages=MessageKinds())
+    assert rows is not None and list(rows["kind"]) == ["counts", "msg:0", "revision"]
+    out = decode_output(pa.Table.from_pandas(rows, preserve_index=False))
+    assert set(out.revisions.column("emitted_at_ms").to_pylist()) == {1234}
+    assert (dict(out.counts.revisions), out.counts.watermark_ms) == ({"FINAL": 3}, 100)
+    keys, values = _unframe(rows["payload"][1])
+    assert [decode_revision_row(v) for v in values] == out.revisions.to_pylist()
+    assert keys == [revision_key("a", i, 10) for i in range(3)]
+    assert encode_output(revisions=REVISION_SCHEMA.empty_table(), late=late, dead=dead) is None
 
-    collected = pa.Table.from_pandas(pd.concat([a, b], ignore_index=True),
-                                     preserve_index=False)
-    out = decode_output(collected)
-    assert [(r["key"], r["watermark_ms"]) for r in out.revisions.to_pylist()] == [
-        ("a", 100),  # a revision of the batch keeps the batch's watermark
-        ("a", 900), ("a", 900), ("b", 900),  # every closing FINAL, after them
-    ]
+
+def _unframe(payload: bytes) -> tuple[list[bytes | None], list[bytes]]:
+    keys: list[bytes | None] = []
+    values: list[bytes] = []
+    at = 0
+    while at < len(payload):
+        (n,) = struct.unpack_from(">i", payload, at)
+        at += 4
+        keys.append(None if n < 0 else payload[at:at + n])
+        at += max(n, 0)
+        (n,) = struct.unpack_from(">i", payload, at)
+        values.append(payload[at + 4:at + 4 + n])
+        at += 4 + n
+    return keys, values
 
 
 def test_the_committer_hands_the_batchs_input_end_to_its_tasks_and_writes_the_close(
         tmp_path, monkeypatch):
-    out = BatchTables(_revisions(0, 1, "k"), LATE_SCHEMA.empty_table(),
-                      DEAD_LETTER_SCHEMA.empty_table())
+    out = _output(_revisions(0, 1, "k"))
+    monkeypatch.setattr(committer_module, "write", lambda _df, _settings: NOTHING_COLLECTED)
     monkeypatch.setattr(committer_module, "decode_output", lambda _collected, _schema: out)
     base = config()
     cfg = dataclasses.replace(base, checkpoint=str(tmp_path / "ckpt"),
@@ -145,18 +148,18 @@ def test_the_committer_hands_the_batchs_input_end_to_its_tasks_and_writes_the_cl
     control = tmp_path / "control"
     control.mkdir()
     changelog = _Changelog()
-    changelog.release.set()
     tables = _Tables()
     ended = []
     tables.end_staging = lambda: ended.append(True)  # type: ignore[attr-defined]
-    end = BoundedEnd("in", {0: 400}, 200, str(control), 2)
+    end = BoundedEnd("in", {0: 300}, str(control), 2)
     committer = BatchCommitter(cfg, changelog, tables, JobResult("q"),  # type: ignore[arg-type]
                                bounded=end)
     batch = _Batch()
     committer(batch, 0)  # type: ignore[arg-type]
-    assert batch.sparkSession.sparkContext.properties == {INPUT_END_PROPERTY: '{"0":300}'}
+    assert batch.sparkSession.sparkContext.properties[INPUT_END_PROPERTY] == '{"0":300}'
+    assert BATCH_PROPERTY in batch.sparkSession.sparkContext.properties
     assert len(list(control.glob("close-*.json"))) == 1 and ended == [True]
     batch = _Batch()
     committer(batch, 2)  # type: ignore[arg-type]  # no offset log entry: the property cleared
-    assert batch.sparkSession.sparkContext.properties == {INPUT_END_PROPERTY: None}
+    assert batch.sparkSession.sparkContext.properties[INPUT_END_PROPERTY] is None
 

@@ -42,6 +42,28 @@ def test_a_lost_checkpoint_race_is_recognised_as_another_instance_taking_over():
     assert not checkpoint_taken_over("java.io.IOException: No space left on device")
 
 
+# A stateful task's Python worker failed (its data files under a read-only --delta-path), as
+# pyspark raises it from the collect of the micro-batch.
+_WORKER = """
+  An exception was thrown from the Python worker. Please see the stack trace below.
+Traceback (most recent call last):
+  File "/work/revise/spark/operator.py", line 160, in handleInputRows
+    chunks = self._call(int(key[0]), rows, timerValues)
+  File "/work/sinks/delta_history.py", line 52, in write_rows
+    raise DeltaWriteError(msg) from e
+sinks.delta_txn.DeltaWriteError: writing b4-s1 under '/d/revisions' failed (OSError: read-only)
+
+	at org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(\
+PythonRunner.scala:512)
+Caused by: org.apache.spark.api.python.PythonException: Traceback (most recent call last):"""
+
+
+def test_a_python_workers_failure_is_its_exception_line():
+    assert root_cause(_WORKER) == (
+        "sinks.delta_txn.DeltaWriteError: writing b4-s1 under '/d/revisions' failed "
+        "(OSError: read-only)")
+
+
 def test_root_cause_is_the_innermost_cause_else_the_first_line():
     assert root_cause(_RACE).startswith("org.apache.hadoop.fs.FileAlreadyExistsException")
     assert root_cause(_LOST_TOPIC).startswith("org.apache.kafka.common.errors.Unknown")

@@ -16,7 +16,7 @@ from revise.cli import build_parser
 from revise.cli.run import job_config_from_args
 from revise.errors import ConfigError
 from revise.inputspec import InputSpec
-from revise.jobconfig import STATE_LAYOUT_KEY
+from revise.jobconfig import OUTPUT_LAYOUT_KEY, STATE_LAYOUT_KEY
 from revise.kafka.settings import KafkaSettings
 from revise.records import REVISION_SCHEMA
 
@@ -39,7 +39,7 @@ def test_default_options_are_the_plain_input_spec_with_spec_schema_and_fingerpri
         "query_id": "q", "input_topic": "in", "window": "tumbling:1d", "grace_ms": 1000,
         "watermark_delay_ms": 0, "aggs": ["count", "sum", "min", "max", "mean"],
         "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"],
-        STATE_LAYOUT_KEY: "log"}  # the state layout, recorded
+        STATE_LAYOUT_KEY: "log", OUTPUT_LAYOUT_KEY: "tasks"}  # the layouts, recorded
     assert config("--aggs", "count,max", "--value-field", "v").input_spec.plain
     # A nested value field keeps the bare form's columns; its shape is not the plain one.
     nested = config("--value-field", "payload.amount")
@@ -208,6 +208,23 @@ def test_a_snapshot_layout_checkpoint_is_refused_before_kafka_with_what_to_do(tm
     # run_job's preflight refuses it too, and leaves the checkpoint as it was.
     with pytest.raises(ConfigError, match="snapshot state layout"):
         _check_checkpoint(dataclasses.replace(config(), checkpoint=str(checkpoint)))
+    assert json.loads((checkpoint / "revise-job.json").read_text()) == fingerprint
+
+
+def test_a_checkpoint_whose_driver_wrote_the_changelog_is_refused_with_what_to_do(tmp_path):
+    import dataclasses
+
+    from revise.spark.driver import _check_checkpoint
+
+    # The log layout, but one transaction per micro-batch from the driver: its progress marker
+    # says nothing of the state partitions' progress, so a replay could write a batch twice.
+    fingerprint = {k: v for k, v in config().fingerprint().items() if k != OUTPUT_LAYOUT_KEY}
+    checkpoint = tmp_path / "driver-writes"
+    checkpoint.mkdir()
+    (checkpoint / "revise-job.json").write_text(json.dumps(fingerprint))
+    with pytest.raises(ConfigError, match="driver wrote the changelog") as refused:
+        _check_checkpoint(dataclasses.replace(config(), checkpoint=str(checkpoint)))
+    assert "new --checkpoint and --query-id" in str(refused.value)
     assert json.loads((checkpoint / "revise-job.json").read_text()) == fingerprint
 
 

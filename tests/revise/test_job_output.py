@@ -1,4 +1,5 @@
-"""The stateful operator's Arrow IPC chunk output and its decoding on the driver."""
+"""The stateful operator's output rows (messages, data file records, counts, revision chunks)
+and what the driver decodes of them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ import pyarrow as pa
 import pytest
 
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from revise.spark import output
+from sinks.delta_files import DataFile
+
+_NO_LATE = LATE_SCHEMA.empty_table()
+_NO_DEAD = DEAD_LETTER_SCHEMA.empty_table()
 
 
 def _late(n: int, offset0: int = 0) -> pa.Table:
@@ -16,68 +22,107 @@ def _late(n: int, offset0: int = 0) -> pa.Table:
         schema=LATE_SCHEMA)
 
 
-def test_chunks_decode_back_to_one_table_per_kind_in_order(monkeypatch: pytest.MonkeyPatch):
-    from revise.spark import output
+def _revisions(n: int, timing: str = "EARLY", watermark_ms: int = 5) -> pa.Table:
+    row = {f.name: None for f in REVISION_SCHEMA}
+    row.update(query_id="q", mode="revision", key="a", window_end_ms=10, revision=0,
+               timing=timing, is_final=timing == "FINAL", retracted=False, n_late=0,
+               max_lateness_ms=0, watermark_ms=watermark_ms, batch_id=1, emitted_at_ms=7,
+               completeness=1.0)
+    return pa.Table.from_pylist([{**row, "window_start_ms": -i} for i in range(n)],
+                                schema=REVISION_SCHEMA)
 
+
+def _collect(*frames: object) -> pa.Table:
+    import pandas as pd
+
+    return pa.Table.from_pandas(pd.concat(frames, ignore_index=True), preserve_index=False)
+
+
+def test_revision_chunks_decode_back_in_order(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(output, "CHUNK_ROWS", 3)
-    first, second = _late(7), _late(2, offset0=100)
-    # A shard's outputs as the operator gathers them: kinds without rows, or with no tables
-    # at all, give no chunk.
-    frame = output.encode_output(revisions=[REVISION_SCHEMA.empty_table()],
-                                   late=[first, _late(0), second], dead=[])
+    revs = _revisions(7)
+    frame = output.encode_output(revisions=revs, late=_NO_LATE, dead=_NO_DEAD)
     assert frame is not None
-    assert frame["kind"].tolist() == ["late"] * 3 and frame["rows"].tolist() == [3, 3, 3]
-    out = output.decode_output(pa.Table.from_pandas(frame, preserve_index=False))
-    assert out.late.equals(pa.concat_tables([first, second]))  # rows and order kept
-    assert out.revisions.schema == REVISION_SCHEMA and out.revisions.num_rows == 0
-    assert out.dead.schema == DEAD_LETTER_SCHEMA and out.dead.num_rows == 0
+    kinds = frame["kind"].tolist()
+    assert kinds == ["counts", "msg:0", "revision", "revision", "revision"]
+    assert frame["rows"].tolist()[2:] == [3, 3, 1]
+    out = output.decode_output(_collect(frame))
+    assert out.revisions.equals(revs)  # rows and order kept
 
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 """The first bytes of a zstd frame (RFC 8878)."""
 
 
-def test_chunks_are_compressed_and_decode_to_the_same_rows():
+def test_revision_chunks_are_compressed_and_decode_to_the_same_rows():
     # Many rows of a few values: the chunk is far smaller than the same stream uncompressed,
     # and each of its record batches carries zstd body compression.
-    from revise.spark import output
-
-    late = _late(20_000)
-    frame = output.encode_output(revisions=[], late=[late], dead=[])
+    revs = _revisions(20_000)
+    frame = output.encode_output(revisions=revs, late=_NO_LATE, dead=_NO_DEAD,
+                                 messages=output.MessageKinds())
     assert frame is not None
-    (payload,) = frame["payload"].tolist()
+    (payload,) = frame[frame["kind"] == "revision"]["payload"].tolist()
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, late.schema) as writer:
-        writer.write_table(late)
+    with pa.ipc.new_stream(sink, revs.schema) as writer:
+        writer.write_table(revs)
     assert len(payload) < sink.getvalue().size / 2
-    reader = pa.ipc.open_stream(payload)
-    assert reader.read_all().equals(late)
     stream = pa.BufferReader(payload)
     pa.ipc.read_message(stream)  # the schema
     message = pa.ipc.read_message(stream)  # the first record batch
     assert message.type == "record batch"
     assert _ZSTD_MAGIC in message.body.to_pybytes()  # each buffer a zstd frame
-    out = output.decode_output(pa.Table.from_pandas(frame, preserve_index=False))
-    assert out.late.equals(late)
+    assert output.decode_output(_collect(frame)).revisions.equals(revs)
 
 
 def test_a_shard_without_output_yields_nothing():
-    from revise.spark import output
+    assert output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_NO_LATE,
+                                dead=_NO_DEAD) is None
 
-    assert output.encode_output(revisions=[REVISION_SCHEMA.empty_table()], late=[],
-                                  dead=[]) is None
+
+def test_late_records_and_dead_letters_are_messages_only_where_a_topic_takes_them():
+    dead = pa.Table.from_pylist([{"raw_value": "x", "reason": "invalid JSON", "topic": "t",
+                                  "partition": 0, "offset": 1, "batch_id": 1}],
+                                schema=DEAD_LETTER_SCHEMA)
+    none = output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_late(2),
+                                dead=dead)
+    assert none is not None and none["kind"].tolist() == ["counts"]  # counted, not sent
+    both = output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_late(2),
+                                dead=dead, messages=output.MessageKinds(late=True, dead=True))
+    assert both is not None and both["kind"].tolist() == ["counts", "msg:1", "msg:2"]
+    assert both["rows"].tolist() == [0, 2, 1]
+
+
+def test_counts_files_and_open_windows_of_every_shard_add_up_on_the_driver(tmp_path):
+    a_file = DataFile("part-a.parquet", 10, 1, 3, '{"numRecords":3}')
+    b_file = DataFile("part-b.parquet", 20, 2, 1, '{"numRecords":1}')
+    a = output.encode_output(revisions=_revisions(2, watermark_ms=5), late=_late(3),
+                             dead=_NO_DEAD, files={"revisions": [a_file]},
+                             open_windows=(3, 41))
+    b = output.encode_output(revisions=_revisions(1, "FINAL", watermark_ms=9), late=_NO_LATE,
+                             dead=_NO_DEAD, files={"revisions": [b_file]},
+                             open_windows=(5, 0))
+    c = output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_NO_LATE,
+                             dead=_NO_DEAD, open_windows=(6, 2))
+    assert c is not None and c["kind"].tolist() == [output.OPEN_KIND]  # still reports its count
+    out = output.decode_output(_collect(a, b, c))
+    assert out.files == {"revisions": [a_file, b_file]}
+    assert (dict(out.counts.revisions), out.counts.late, out.counts.watermark_ms) == (
+        {"EARLY": 2, "FINAL": 1}, 3, 9)
+    assert out.open_windows == {3: 41, 5: 0, 6: 2}
+    only_count = output.decode_output(_collect(c))
+    assert only_count.empty and only_count.open_windows == {6: 2}  # no output to commit
 
 
 def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
-    """A shard's rows with ``num_*`` / ``dst_*`` columns (issue 13) → the engine's numeric and
-    distinct inputs; bad rows → dead letters; revisions in the AggList's schema both ways."""
+    """A shard's rows with ``num_*`` / ``dst_*`` columns → the engine's numeric and distinct
+    inputs; bad rows → dead letters; revisions in the AggList's schema both ways."""
     import pandas as pd
 
     from revise.aggspec import AggList
     from revise.config import EngineConfig, WindowSpec
     from revise.engine import Engine
     from revise.records import revision_schema
-    from revise.spark import operator, output
+    from revise.spark import operator
 
     aggs = AggList.parse("count,max(a.b),p50(a.b),distinct(u)")
     fields = operator.InputColumns((("num_a_b", "a.b"),), (("dst_u", "u"),))
@@ -95,25 +140,27 @@ def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
     cfg = EngineConfig(WindowSpec.parse("tumbling:10ms"), 0, aggs=aggs)
     out = Engine.build(cfg, None).process(batch, watermark_ms=0, batch_id=4, now_ms=1)
     schema = revision_schema(aggs)
-    rows = output.encode_output(revisions=[out.revisions.to_arrow()], late=[], dead=dead,
-                                  revision_schema=schema)
-    back = output.decode_output(pa.Table.from_pandas(rows, preserve_index=False), schema)
+    rows = output.encode_output(revisions=out.revisions.to_arrow(), late=_NO_LATE,
+                                dead=pa.concat_tables(dead), revision_schema=schema)
+    back = output.decode_output(_collect(rows), schema)
     (rev,) = back.revisions.to_pylist()
-    assert back.revisions.schema == schema and back.dead.num_rows == 1
+    assert back.revisions.schema == schema and back.counts.dead == {"missing field 'a.b'": 1}
     assert (rev["count"], rev["max_a_b"], rev["distinct_u"]) == (2, 4.0, 2)
 
 
-def test_a_shards_open_windows_ride_with_its_output_and_decode_per_shard():
-    from revise.spark import output
+def test_a_replays_counts_leave_out_the_partitions_that_had_committed_it():
+    import json
 
-    late = _late(2)
-    a = output.encode_output(revisions=[], late=[late], dead=[], open_windows=(3, 41))
-    b = output.encode_output(revisions=[], late=[], dead=[], open_windows=(5, 0))
-    assert a is not None and b is not None  # a shard with nothing else still reports its count
-    assert b["kind"].tolist() == [output.OPEN_KIND]
-    collected = pa.Table.from_pandas(__import__("pandas").concat([a, b]), preserve_index=False)
-    out = output.decode_output(collected)
-    assert out.open_windows == {3: 41, 5: 0}
-    assert out.late.equals(late) and out.revisions.num_rows == 0
-    only_count = output.decode_output(pa.Table.from_pandas(b, preserve_index=False))
-    assert only_count.empty and only_count.open_windows == {5: 0}  # no output to commit
+    import pandas as pd
+
+    a = output.encode_output(revisions=_revisions(2), late=_NO_LATE, dead=_NO_DEAD, partition=0)
+    b = output.encode_output(revisions=_revisions(3, "FINAL"), late=_late(1), dead=_NO_DEAD,
+                             partition=1)
+    reports = pd.DataFrame({
+        "kind": ["kafka", "kafka"], "rows": [2, 3],
+        "payload": [json.dumps({"partition": p, "messages": n, "skipped": p == 0}).encode()
+                    for p, n in ((0, 2), (1, 3))]})
+    out = output.decode_output(_collect(a, b, reports))
+    assert out.counts.total_revisions == 5 and out.counts.late == 1  # what the batch holds
+    fresh = out.fresh_counts()  # what this run committed: partition 1 only
+    assert (dict(fresh.revisions), fresh.late) == ({"FINAL": 3}, 1)

@@ -347,10 +347,13 @@ def test_settings_know_their_secrets() -> None:
     assert "s3cr3t-Pw" not in out and "alice" in out
     rendered = render_client_configs(s, revise_client_configs(s, query_id="q7"))
     assert "s3cr3t-Pw" not in rendered and "ScramLoginModule" not in rendered
-    assert "transactional.id=revise-q7" in rendered
+    assert "transactional.id=revise-q7-p<partition>" in rendered
+    assert "group.id=revise-q7" in rendered
     assert "kafka.isolation.level=read_committed" in rendered
     assert "kafka.sasl.jaas.config=***" in rendered and "sasl.password=***" in rendered
-    for client in ("spark kafka source", "changelog producer", "consumer", "topic admin"):
+    assert "sasl.jaas.config=***" in rendered.split("[changelog producers")[1]
+    for client in ("spark kafka source", "changelog producers", "progress reader",
+                   "partition takeover", "consumer", "topic admin"):
         assert f"[{client}" in rendered or client in rendered
 
 

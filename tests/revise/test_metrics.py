@@ -17,6 +17,7 @@ from revise.errors import ConfigError
 from revise.infra.procs import free_port
 from revise.ops.metrics import METRIC_NAMES, JobMetrics, dead_letter_category
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from revise.spark.output import BatchCounts
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "docs" / "grafana" / "revise.json"
@@ -73,15 +74,17 @@ def metrics():
 def test_a_scrape_shows_what_the_driver_told(metrics):
     metrics.observe_progress(progress(0, rows=100, end={"0": 60, "1": 40},
                                       latest={"0": 75, "1": 40}))
-    metrics.observe_batch(0, revisions(["EARLY", "EARLY", "LATE", "FINAL"]), late(3),
-                          dead(["invalid JSON", "field 'ts' is out of range [0, 2^53): -5",
-                                "field 'ts' is out of range [0, 2^53): -7", "missing field 'key'"]),
+    bad = dead(["invalid JSON", "field 'ts' is out of range [0, 2^53): -5",
+                "field 'ts' is out of range [0, 2^53): -7", "missing field 'key'"])
+    metrics.observe_batch(0, BatchCounts.of(revisions(["EARLY", "EARLY", "LATE", "FINAL"]),
+                                            late(3), bad),
                           open_windows={0: 5, 1: 7}, written=True)
     metrics.observe_progress(progress(1, rows=20, end={"0": 75, "1": 45},
                                       latest={"0": 75, "1": 50}))
-    metrics.observe_batch(1, revisions(["FINAL"]), late(0), dead([]), open_windows={1: 2},
+    metrics.observe_batch(1, BatchCounts.of(revisions(["FINAL"]), late(0), dead([])),
+                          open_windows={1: 2},
                           written=True)
-    metrics.observe_batch(2, revisions([]), late(0), dead([]), open_windows={1: 2},
+    metrics.observe_batch(2, BatchCounts.of(revisions([]), late(0), dead([])), open_windows={1: 2},
                           written=False)  # no output: no Kafka transaction
     s = scrape(metrics.port)
     assert value(s, "revise_input_records_total", query_id="q") == 120  # Kafka rows only
@@ -121,7 +124,8 @@ def test_a_scrape_shows_what_the_driver_told(metrics):
 
 
 def test_a_replayed_batch_is_not_counted_again_but_trails_until_delta_has_it(metrics):
-    metrics.observe_batch(4, revisions(["EARLY"]), late(1), dead([]), open_windows={},
+    metrics.observe_batch(4, BatchCounts.of(revisions(["EARLY"]), late(1), dead([])),
+                          open_windows={},
                           written=False)
     s = scrape(metrics.port)
     assert ("revise_revisions_total", (("query_id", "q"), ("timing", "EARLY"))) not in s
@@ -134,7 +138,7 @@ def test_a_replayed_batch_is_not_counted_again_but_trails_until_delta_has_it(met
 
 def test_every_exported_name_is_listed_and_the_list_has_no_stale_name(metrics):
     metrics.observe_progress(progress(0, rows=1, end={"0": 1}, latest={"0": 1}))
-    metrics.observe_batch(0, revisions(["EARLY"]), late(1), dead(["empty value"]),
+    metrics.observe_batch(0, BatchCounts.of(revisions(["EARLY"]), late(1), dead(["empty value"])),
                           open_windows={0: 1}, written=True)
     names = {_base(name) for name, _labels in scrape(metrics.port)}
     assert names == set(METRIC_NAMES)

@@ -13,12 +13,11 @@ from typing import Any
 
 import pyarrow as pa
 from test_job_options import config
-from test_overlap_commit import _ROW, _Batch, _Changelog, _Tables
+from test_overlap_commit import _ROW, NOTHING_COLLECTED, _Batch, _Changelog, _output, _Tables
 
-from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
+from revise.records import REVISION_SCHEMA
 from revise.spark import committer as committer_module
 from revise.spark.committer import BatchCommitter, JobResult
-from revise.spark.output import BatchTables
 from revise.spark.watch import JobDriver
 
 
@@ -39,13 +38,11 @@ class _Query:
 
 
 def _driver(tmp_path, monkeypatch, query: _Query) -> tuple[JobDriver, BatchCommitter]:
-    out = BatchTables(pa.Table.from_pylist([_ROW], schema=REVISION_SCHEMA),
-                      LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table())
+    out = _output(pa.Table.from_pylist([_ROW], schema=REVISION_SCHEMA))
+    monkeypatch.setattr(committer_module, "write", lambda _df, _settings: NOTHING_COLLECTED)
     monkeypatch.setattr(committer_module, "decode_output", lambda _collected, _schema: out)
     cfg = dataclasses.replace(config(), checkpoint=str(tmp_path))
-    changelog = _Changelog()
-    changelog.release.set()
-    committer = BatchCommitter(cfg, changelog, _Tables(), JobResult("q"))  # type: ignore[arg-type]
+    committer = BatchCommitter(cfg, _Changelog(), _Tables(), JobResult("q"))  # type: ignore[arg-type]
     driver = JobDriver(query, cfg, committer,  # type: ignore[arg-type]
                        bounded=None, stop_event=None, on_progress=None,
                        timeout_s=None, started=0.0)

@@ -163,27 +163,27 @@ def test_history_tables_are_compacted_in_the_background_without_changing_a_row(
 
 
 @pytest.mark.parametrize("committed", [True, False], ids=["after-commit", "before-commit"])
-def test_a_log_file_gone_under_an_append_is_retried_and_written_once(
+def test_a_log_file_gone_under_a_commit_is_retried_and_written_once(
         tmp_path, monkeypatch, rev_table, make_revision, committed):
     """delta-rs raises FileNotFoundError when a log file goes away under a write: after the
     commit, when its expired-log cleanup races the history compaction's deleting the same
     file (seen with a short ``delta.logRetentionDuration``, ``benchmarks.bench_delta_log``).
-    The append re-reads the table: the batch lands once either way."""
+    The commit re-reads the table: the batch lands once either way."""
     import deltalake
 
     tables = DeltaTables(str(tmp_path)).ensure()
-    real, calls = deltalake.write_deltalake, []
+    real, calls = deltalake.DeltaTable.create_write_transaction, []
 
-    def flaky(*args, **kwargs):
+    def flaky(self, *args, **kwargs):
         calls.append(1)
         if len(calls) == 1:
             if committed:
-                real(*args, **kwargs)
+                real(self, *args, **kwargs)
             raise FileNotFoundError("Object at location _delta_log/00000000000000000000.json "
                                     "not found")
-        return real(*args, **kwargs)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(deltalake, "write_deltalake", flaky)
+    monkeypatch.setattr(deltalake.DeltaTable, "create_write_transaction", flaky)
     rows = rev_table([make_revision(k, 0, 10_000, 0) for k in ("a", "b")])
     tables.write_batch("q", 0, rows, LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table())
     assert len(calls) == (1 if committed else 2)  # re-read; written again only if it was not

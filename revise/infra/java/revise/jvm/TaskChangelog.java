@@ -1,0 +1,400 @@
+package revise.jvm;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.InvalidProducerEpochException;
+import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.spark.TaskContext;
+import org.apache.spark.api.java.function.MapPartitionsFunction;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+
+/**
+ * The changelog written by the stateful tasks: one Kafka transaction per (micro-batch, state
+ * partition), on the executor that computed the partition ({@code revise/spark/task_output.py}
+ * is its Python side, {@code docs/SEMANTICS.md} the argument).
+ *
+ * <p>{@link #write} maps each partition of a micro-batch's operator output (rows {@code kind,
+ * rows, payload}). Rows of kind {@code msg:<topic index>} hold Kafka messages already encoded by
+ * the Python worker ({@link #frames}); this task produces them in one transaction of the
+ * producer whose {@code transactional.id} is {@code revise-<query id>-p<partition>}, together with
+ * the partition's progress: the offset {@code batch + 1} of partition {@code p} of the progress
+ * topic, committed for the group {@code revise-<query id>} through {@code
+ * sendOffsetsToTransaction}, its metadata the JSON {@code {"epoch", "batch", "emitted_at_ms"}}.
+ * Every other row passes through to the driver, followed by one row of kind {@code kafka} (the
+ * task's report, JSON).
+ *
+ * <p>Producers are kept per executor and partition ({@link #PRODUCERS}): a stateful partition
+ * runs where its state is, so one producer serves it batch after batch. A producer that has not
+ * been fenced since its {@code initTransactions} is the only writer of its partition since then,
+ * so the last batch it committed is the partition's progress; a new one reads the progress from
+ * the group's committed offsets ({@code read_committed}: a pending transactional commit is waited
+ * for). A batch at or below the progress is a replay: nothing is produced. A fenced producer
+ * (another attempt of this task, on another executor, took the id) is replaced and the whole
+ * partition retried, which reads the progress again. The job's epoch ({@code
+ * revise.spark.task_output.adopt}, at the job's start: every partition's progress rewritten
+ * with it) stops a zombie job: progress written under a higher epoch fails the task.
+ */
+public final class TaskChangelog {
+  private TaskChangelog() {}
+
+  /** Producers of this executor, by {@code transactional.id} and settings. */
+  private static final Map<String, Slot> PRODUCERS = new ConcurrentHashMap<>();
+
+  /** Progress readers of this executor, by group and settings (used under their own lock). */
+  private static final Map<String, KafkaConsumer<byte[], byte[]>> READERS =
+      new ConcurrentHashMap<>();
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final int ATTEMPTS = 3;
+
+  /**
+   * Ends the committed metadata: confluent-kafka (2.16) reads an offset's metadata as a C
+   * string, past its length unless a NUL ends it, which the readers strip.
+   */
+  private static final String NUL = "\u0000";
+
+  /**
+   * The micro-batch's operator output with its messages written by the tasks (see the class).
+   *
+   * @param batch the operator's rows ({@code kind string, rows bigint, payload binary})
+   * @param settings JSON: {@code query_id, batch_id, epoch, emitted_at_ms, progress_topic,
+   *     topics} (topic names by index) and {@code producer}, {@code consumer}: Java client
+   *     properties
+   */
+  public static Dataset<Row> write(Dataset<Row> batch, String settings) {
+    return batch.mapPartitions(new Writer(settings), Encoders.row(batch.schema()));
+  }
+
+  /** The messages of one {@code msg:} payload: {@code [int32 key length, -1 = none][key] [int32
+   * value length][value]}, repeated, big-endian. */
+  static List<byte[][]> frames(byte[] payload) {
+    ByteBuffer buf = ByteBuffer.wrap(payload);
+    List<byte[][]> out = new ArrayList<>();
+    while (buf.hasRemaining()) {
+      byte[] key = take(buf);
+      byte[] value = take(buf);
+      out.add(new byte[][] {key, value});
+    }
+    return out;
+  }
+
+  private static byte[] take(ByteBuffer buf) {
+    int n = buf.getInt();
+    if (n < 0) {
+      return null;
+    }
+    byte[] b = new byte[n];
+    buf.get(b);
+    return b;
+  }
+
+  /** One partition's producer and what it knows of the partition's progress. */
+  static final class Slot {
+    final KafkaProducer<byte[], byte[]> producer;
+    long lastBatch;
+    long epoch;
+    boolean open;
+
+    Slot(KafkaProducer<byte[], byte[]> producer, long lastBatch, long epoch) {
+      this.producer = producer;
+      this.lastBatch = lastBatch;
+      this.epoch = epoch;
+    }
+  }
+
+  /** Thrown when a newer instance of the query has taken the partition over. */
+  public static final class ZombieException extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    ZombieException(String message) {
+      super(message);
+    }
+  }
+
+  static final class Writer implements MapPartitionsFunction<Row, Row> {
+    private static final long serialVersionUID = 1L;
+    private final String settings;
+
+    Writer(String settings) {
+      this.settings = settings;
+    }
+
+    @Override
+    public Iterator<Row> call(Iterator<Row> rows) throws Exception {
+      JsonNode s = JSON.readTree(settings);
+      TaskContext ctx = TaskContext.get();
+      int partition = ctx.partitionId();
+      List<Row> passed = new ArrayList<>();
+      List<ProducerRecord<byte[], byte[]>> messages = new ArrayList<>();
+      List<String> topics = new ArrayList<>();
+      for (JsonNode t : s.get("topics")) {
+        topics.add(t.isNull() ? null : t.asText());
+      }
+      while (rows.hasNext()) {
+        Row r = rows.next();
+        String kind = r.getString(0);
+        if (kind.startsWith("msg:")) {
+          String topic = topics.get(Integer.parseInt(kind.substring(4)));
+          if (topic == null) {
+            continue;
+          }
+          for (byte[][] kv : frames((byte[]) r.get(2))) {
+            messages.add(new ProducerRecord<>(topic, kv[0], kv[1]));
+          }
+        } else {
+          passed.add(r);
+        }
+      }
+      long t0 = System.nanoTime();
+      ObjectNode report = JSON.createObjectNode();
+      report.put("partition", partition);
+      report.put("attempt", ctx.attemptNumber());
+      report.put("messages", messages.size());
+      boolean skipped = false;
+      if (!messages.isEmpty()) {
+        if (s.get("transactional").asBoolean()) {
+          skipped = commit(s, partition, messages);
+        } else {
+          sendPlain(s, messages);
+        }
+      }
+      report.put("skipped", skipped);
+      report.put("seconds", (System.nanoTime() - t0) / 1e9);
+      passed.add(RowFactory.create("kafka", (long) messages.size(),
+          JSON.writeValueAsBytes(report)));
+      return passed.iterator();
+    }
+  }
+
+  /** Write {@code messages} for {@code partition}; true when the batch was already in. */
+  static boolean commit(JsonNode s, int partition, List<ProducerRecord<byte[], byte[]>> messages) {
+    String query = s.get("query_id").asText();
+    long batch = s.get("batch_id").asLong();
+    long epoch = s.get("epoch").asLong();
+    String id = "revise-" + query + "-p" + partition;
+    String key = id + "\u0000" + s.get("producer").toString();
+    KafkaException last = null;
+    for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
+      Slot slot = PRODUCERS.computeIfAbsent(key, k -> open(s, id, partition));
+      synchronized (slot) {
+        if (slot.epoch > epoch) {
+          throw zombie(query, partition, slot.epoch, epoch);
+        }
+        if (slot.lastBatch >= batch) {
+          return true;
+        }
+        try {
+          if (slot.open) {
+            slot.producer.abortTransaction();
+            slot.open = false;
+          }
+          slot.producer.beginTransaction();
+          slot.open = true;
+          List<java.util.concurrent.Future<?>> sent = new ArrayList<>(messages.size());
+          for (ProducerRecord<byte[], byte[]> m : messages) {
+            sent.add(slot.producer.send(m));
+          }
+          // The messages first: a producer fenced since its last transaction learns it from
+          // their responses, before the offsets (whose request would otherwise wait out
+          // max.block.ms behind the fatal error).
+          slot.producer.flush();
+          failure(sent);
+          TopicPartition tp = new TopicPartition(s.get("progress_topic").asText(), partition);
+          ObjectNode meta = JSON.createObjectNode();
+          meta.put("epoch", epoch);
+          meta.put("batch", batch);
+          meta.put("emitted_at_ms", s.get("emitted_at_ms").asLong());
+          slot.producer.sendOffsetsToTransaction(
+              Collections.singletonMap(tp, new OffsetAndMetadata(batch + 1, meta + NUL)),
+              new ConsumerGroupMetadata("revise-" + query));
+          crash(s, "before_kafka_commit", partition);
+          slot.producer.commitTransaction();
+          slot.open = false;
+          slot.lastBatch = batch;
+          slot.epoch = epoch;
+          crash(s, "after_partition_commit", partition);
+          return false;
+        } catch (ProducerFencedException | InvalidProducerEpochException e) {
+          // Another attempt of this partition took the id: replace the producer and retry,
+          // which reads the progress again (the other attempt may have committed the batch).
+          last = e;
+          drop(key, slot);
+        } catch (KafkaException e) {
+          if (fenced(e)) {
+            last = e;
+            drop(key, slot);
+            continue;
+          }
+          drop(key, slot);
+          throw e;
+        }
+      }
+    }
+    throw last;
+  }
+
+  /** At-least-once: the messages through a plain idempotent producer, flushed; no progress. */
+  static void sendPlain(JsonNode s, List<ProducerRecord<byte[], byte[]>> messages) {
+    String key = "plain\u0000" + s.get("producer").toString();
+    Slot slot = PRODUCERS.computeIfAbsent(key, k -> {
+      Properties p = properties(s.get("producer"));
+      p.remove("transaction.timeout.ms");
+      p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+      p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+      return new Slot(new KafkaProducer<>(p), -1L, -1L);
+    });
+    List<java.util.concurrent.Future<?>> sent = new ArrayList<>(messages.size());
+    for (ProducerRecord<byte[], byte[]> m : messages) {
+      sent.add(slot.producer.send(m));
+    }
+    slot.producer.flush();
+    failure(sent);
+  }
+
+  private static final java.util.concurrent.atomic.AtomicBoolean CRASHED =
+      new java.util.concurrent.atomic.AtomicBoolean();
+
+  /**
+   * A test's crash point ({@code settings.crash} = {@code point:batch:partition}): at the first
+   * batch at or after {@code batch}, in that partition's task ({@code *}: the first task to get
+   * there), SIGKILL the process that started this JVM (the job's Python driver, in local mode)
+   * and halt. Tests only.
+   */
+  private static void crash(JsonNode s, String point, int partition) {
+    JsonNode spec = s.get("crash");
+    if (spec == null || spec.isNull()) {
+      return;
+    }
+    String[] f = spec.asText().split(":");
+    if (!f[0].equals(point) || s.get("batch_id").asLong() < Long.parseLong(f[1])
+        || !(f[2].equals("*") || partition == Integer.parseInt(f[2]))
+        || !CRASHED.compareAndSet(false, true)) {
+      return;
+    }
+    ProcessHandle.current().parent().ifPresent(ProcessHandle::destroyForcibly);
+    Runtime.getRuntime().halt(137);
+  }
+
+  /** The first failed send, as the exception the producer raised for it. */
+  private static void failure(List<java.util.concurrent.Future<?>> sent) {
+    for (java.util.concurrent.Future<?> f : sent) {
+      try {
+        f.get();
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new KafkaException("interrupted while sending the changelog", e);
+      } catch (java.util.concurrent.ExecutionException e) {
+        Throwable cause = e.getCause();
+        if (cause instanceof KafkaException) {
+          throw (KafkaException) cause;
+        }
+        throw new KafkaException("the changelog could not be sent: " + cause, cause);
+      }
+    }
+  }
+
+  private static boolean fenced(Throwable e) {
+    for (Throwable c = e; c != null; c = c.getCause()) {
+      if (c instanceof ProducerFencedException || c instanceof InvalidProducerEpochException) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private static ZombieException zombie(String query, int partition, long theirs, long ours) {
+    return new ZombieException("another instance of query '" + query + "' has taken over "
+        + "state partition " + partition + " (its epoch " + theirs + " > this instance's "
+        + ours + "): this one is fenced and stops; run only one job per query id");
+  }
+
+  private static void drop(String key, Slot slot) {
+    PRODUCERS.remove(key, slot);
+    try {
+      slot.producer.close(Duration.ZERO);
+    } catch (RuntimeException ignored) {
+      // closing a fenced or failed producer: nothing more to do
+    }
+  }
+
+  private static Slot open(JsonNode s, String id, int partition) {
+    Properties p = properties(s.get("producer"));
+    p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, id);
+    p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+    p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+    KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p);
+    try {
+      producer.initTransactions();
+      long[] progress = progress(s, partition);
+      return new Slot(producer, progress[0], progress[1]);
+    } catch (RuntimeException e) {
+      producer.close(Duration.ZERO);
+      throw e;
+    }
+  }
+
+  /** {@code {last committed batch (-1: none), its epoch (-1: none)}} of {@code partition}. */
+  static long[] progress(JsonNode s, int partition) {
+    String group = "revise-" + s.get("query_id").asText();
+    String key = group + "\u0000" + s.get("consumer").toString();
+    KafkaConsumer<byte[], byte[]> reader = READERS.computeIfAbsent(key, k -> {
+      Properties p = properties(s.get("consumer"));
+      p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+      p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+      p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+      p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+      p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
+          ByteArrayDeserializer.class.getName());
+      return new KafkaConsumer<>(p);
+    });
+    TopicPartition tp = new TopicPartition(s.get("progress_topic").asText(), partition);
+    OffsetAndMetadata committed;
+    synchronized (reader) {
+      committed = reader.committed(Collections.singleton(tp), Duration.ofSeconds(60)).get(tp);
+    }
+    if (committed == null) {
+      return new long[] {-1L, -1L};
+    }
+    long epoch = -1L;
+    String meta = committed.metadata() == null ? "" : committed.metadata().replace(NUL, "");
+    if (!meta.isEmpty()) {
+      try {
+        epoch = JSON.readTree(meta.getBytes(StandardCharsets.UTF_8)).path("epoch").asLong(-1L);
+      } catch (java.io.IOException e) {
+        throw new KafkaException("unreadable progress of " + tp + ": " + meta, e);
+      }
+    }
+    return new long[] {committed.offset() - 1, epoch};
+  }
+
+  private static Properties properties(JsonNode node) {
+    Properties p = new Properties();
+    node.fields().forEachRemaining(e -> p.put(e.getKey(), e.getValue().asText()));
+    return p;
+  }
+}
