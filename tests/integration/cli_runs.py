@@ -49,6 +49,15 @@ class CliRun:
         return False
 
     def signal_group(self, sig: int) -> None:
+        """Signal what is left of the run's process group, and never another process's group.
+
+        Once the run's process is reaped and its group empty, its id is free, and with a small
+        ``pid_max`` (32,768 here) a process started by another test can get it as a new
+        session, and so a group, of its own: signalling that id then killed a Spark worker or a
+        broker node of another test as it started (empty log, "exited during start-up").
+        """
+        if not _ours(self.proc):
+            return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
 
@@ -72,10 +81,10 @@ class CliRun:
         finally:
             self._log.close()
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            if _wait_group_gone(self.proc.pid, GROUP_EXIT_S):
+            if _wait_group_gone(self.proc, GROUP_EXIT_S):
                 break
             self.signal_group(sig)
-        _wait_group_gone(self.proc.pid)
+        _wait_group_gone(self.proc)
         return rc
 
     def tail(self, n: int = 40) -> str:
@@ -83,10 +92,31 @@ class CliRun:
         return "\n".join(lines[-n:])
 
 
-def _wait_group_gone(pgid: int, timeout_s: float = 30.0) -> bool:
-    """Whether process group ``pgid`` was gone within ``timeout_s`` seconds."""
+def _ours(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the group led by ``proc``'s id is still the run's.
+
+    While the leader runs, it is. Once the leader is reaped its id stays taken as long as the
+    group has members (the kernel keeps a process group's id), so a live process holding that
+    id as its own pid is another one, which got the id after the group emptied.
+    """
+    if proc.poll() is None:
+        return True
+    try:
+        os.kill(proc.pid, 0)
+    except ProcessLookupError:
+        return True  # no process has the id: only the group's members can be left
+    except PermissionError:
+        return False
+    return False
+
+
+def _wait_group_gone(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> bool:
+    """Whether ``proc``'s process group was gone within ``timeout_s`` seconds."""
+    pgid = proc.pid
     deadline = time.monotonic() + timeout_s
     while True:
+        if not _ours(proc):
+            return True  # emptied, and its id already reused by another process
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
