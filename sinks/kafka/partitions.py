@@ -20,13 +20,14 @@ metadata is the JSON ``{"epoch", "batch", "emitted_at_ms"}``. This module is the
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from sinks.kafka.admin import await_topics, ensure_compacted_topic
@@ -143,13 +144,40 @@ def read_progress(bootstrap_servers: str, topic: str, query_id: str,
                 raise KafkaException(md.error)
             partitions = len(md.partitions)
         tps = [TopicPartition(topic, p) for p in range(partitions)]
-        got = consumer.committed(tps, timeout=timeout_s)
+        got = _committed(consumer, tps, timeout_s)
     except KafkaException as e:
         msg = f"cannot read the progress of query {query_id!r}: {kafka_error(e) or e}"
         raise ChangelogError(msg) from e
     finally:
         consumer.close()
     return [PartitionProgress.of(tp.partition, tp.offset, tp.metadata) for tp in got]
+
+
+_COORDINATOR: Final = frozenset({KafkaError.NOT_COORDINATOR,
+                                  KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                  KafkaError.COORDINATOR_NOT_AVAILABLE})
+"""The group coordinator moving or loading: librdkafka does not mark these retriable here."""
+
+
+def _committed(consumer: Consumer, tps: list[TopicPartition],
+               timeout_s: float) -> list[TopicPartition]:
+    """``consumer.committed(tps)``, retried while the broker answers with a retriable error.
+
+    A broker that has just started answers NOT_COORDINATOR while it loads the offsets topic.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            got: list[TopicPartition] = consumer.committed(
+                tps, timeout=max(1.0, deadline - time.monotonic()))
+        except KafkaException as e:
+            err = kafka_error(e)
+            transient = err is not None and (err.retriable() or err.code() in _COORDINATOR)
+            if not transient or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        return got
 
 
 def last_committed(progress: list[PartitionProgress]) -> PartitionProgress | None:
@@ -175,8 +203,12 @@ def adopt(bootstrap_servers: str, topic: str, query_id: str, partitions: int, *,
     """
     ensure_progress_partitions(bootstrap_servers, topic, partitions,
                                client_config=producer_config, timeout_s=timeout_s)
-    meta = Consumer({**client_conf(bootstrap_servers, consumer_config),
-                     "group.id": group_id(query_id)}).consumer_group_metadata()
+    member = Consumer({**client_conf(bootstrap_servers, consumer_config),
+                       "group.id": group_id(query_id)})
+    try:
+        meta = member.consumer_group_metadata()
+    finally:
+        member.close()
 
     def fence(partition: int) -> Producer:
         conf = {**client_conf(bootstrap_servers, producer_config), **DEFAULT_PRODUCER_CONFIG,
