@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -48,7 +47,7 @@ from revise.infra.broker_node import (
     node_args,
     write_node,
 )
-from revise.infra.procs import free_port, port_free, runs_command, terminate
+from revise.infra.procs import free_port, port_free, runs_command, terminate_all
 
 __all__ = [
     "BrokerCluster", "BrokerError", "default_home", "given_or_embedded", "recorded", "restart_node",
@@ -87,7 +86,11 @@ class BrokerCluster:
 
     def node_up(self, node: BrokerNode) -> bool:
         """Whether ``node``'s pid runs that node's Kafka process (not a process with its pid)."""
-        return runs_command(node.pid, node_args(Path(self.home) / f"node-{node.node_id}"))
+        return runs_command(node.pid, self.node_args(node))
+
+    def node_args(self, node: BrokerNode) -> list[str]:
+        """The arguments unique to ``node``'s process (what tells it from one with its pid)."""
+        return node_args(Path(self.home) / f"node-{node.node_id}")
 
     def up_nodes(self) -> tuple[BrokerNode, ...]:
         """The nodes whose process runs, in node order."""
@@ -296,8 +299,7 @@ def start(
         if material is not None:
             _secure_mod.grant(cluster.client_config("admin"), _secure_mod.start_acls())
     except BaseException:
-        for n in started:
-            terminate(n.pid, timeout_s=10)
+        terminate_all([(n.pid, None) for n in started], timeout_s=10)  # our children
         raise
     return cluster
 
@@ -314,11 +316,7 @@ def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> Bro
         return None
     up = cluster.up_nodes()
     # Brokers first, then the last node, so the controller quorum outlives the brokers.
-    for n in up:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(n.pid, signal.SIGTERM)
-    for n in up:
-        terminate(n.pid, timeout_s=timeout_s)
+    terminate_all([(n.pid, cluster.node_args(n)) for n in up], timeout_s=timeout_s)
     return cluster if up else None
 
 
@@ -418,7 +416,6 @@ def _relaunch(
     try:
         _wait_ready(restarted, ready_timeout_s)
     except BaseException:
-        for pid in pids.values():
-            terminate(pid, timeout_s=10)
+        terminate_all([(pid, None) for pid in pids.values()], timeout_s=10)  # our children
         raise
     return restarted

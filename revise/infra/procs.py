@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -21,7 +22,8 @@ from pathlib import Path
 from revise.errors import ConfigError, InfraError, SetupError
 
 __all__ = ["JVM_OPTIONS_ENV", "append_options", "free_port", "group_alive", "java",
-           "jdk_tool", "jvm_options", "pid_alive", "port_free", "runs_command", "terminate"]
+           "jdk_tool", "jvm_options", "pid_alive", "port_free", "runs_command", "terminate",
+           "terminate_all"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -63,12 +65,22 @@ def runs_command(pid: int, args: Sequence[str]) -> bool:
     What tells a process revise started from an unrelated one that got its pid since (the
     kernel reuses pids): the caller passes arguments unique to that process, such as a node's
     own ``server.properties`` path. Read from ``/proc/<pid>/cmdline``, or from a live thread's
-    when the main thread has ended (a JVM shutting down), whose own reads empty.
+    when the main thread has ended (a JVM shutting down), whose own reads empty. A process in
+    the middle of ``exec`` also reads empty (its new memory has no arguments yet, which under
+    load lasts long enough for a check right after ``Popen`` to see it): read again then.
     """
-    if not pid_alive(pid):
-        return False
     wanted = b"\0" + b"\0".join(a.encode() for a in args) + b"\0"
-    return wanted in b"\0" + _cmdline(pid)
+    deadline = time.monotonic() + _EXEC_WAIT_S
+    while pid_alive(pid):
+        found = _cmdline(pid)
+        if found or time.monotonic() >= deadline:
+            return wanted in b"\0" + found
+        time.sleep(0.01)
+    return False
+
+
+_EXEC_WAIT_S = 2.0
+"""How long :func:`runs_command` waits for a live process's empty command line to appear."""
 
 
 def _cmdline(pid: int) -> bytes:
@@ -177,36 +189,78 @@ KILL_WAIT_S = 30.0
 """How long :func:`terminate` waits for a SIGKILLed process to be gone."""
 
 
-def terminate(pid: int, *, timeout_s: float) -> None:
+def terminate(pid: int, *, timeout_s: float, args: Sequence[str] | None = None) -> None:
     """SIGTERM ``pid``, wait up to ``timeout_s`` seconds, then SIGKILL; return once it is gone.
 
-    A SIGKILLed process is not gone at once: the kernel still tears it down (a JVM's large
-    heap takes a while to unmap), and when it is not our child no ``waitpid`` can wait for it.
-    So after SIGKILL this polls until the process is dead or a zombie, for at most
-    :data:`KILL_WAIT_S`; a caller that then reports "stopped" tells the truth.
+    ``args``: arguments the process must still run (:func:`runs_command`); a pid that no longer
+    does is left alone. None when the caller knows the pid is its own unreaped child.
+    See :func:`terminate_all`.
 
     Raises:
         InfraError: ``pid`` still ran :data:`KILL_WAIT_S` seconds after SIGKILL.
     """
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    if _gone_within(pid, timeout_s):
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    if not _gone_within(pid, KILL_WAIT_S):
-        msg = f"process {pid} still runs {KILL_WAIT_S:.0f} s after SIGKILL; look at it with ps"
-        raise InfraError(msg)
+    terminate_all([(pid, args)], timeout_s=timeout_s)
 
 
-def _gone_within(pid: int, timeout_s: float) -> bool:
-    """Whether ``pid`` is dead (reaped here when it is our child) within ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+def terminate_all(targets: Sequence[tuple[int, Sequence[str] | None]], *,
+                  timeout_s: float) -> None:
+    """SIGTERM every ``(pid, args)`` in order, then wait for each; SIGKILL what outlives it.
+
+    Each process is held by a pidfd opened before its identity is checked against ``args``,
+    so every signal reaches the process that was checked, never one that got its pid since:
+    pids are reused fast here (a JVM's threads take them too, and the kernel's counter wraps at
+    32768), and a stale SIGKILL lands on whatever started last. A SIGKILLed process is not
+    gone at once (a JVM's large heap takes a while to unmap), so this waits until the whole
+    process has exited, for at most :data:`KILL_WAIT_S`; a caller that then reports "stopped"
+    tells the truth. Our own children are reaped.
+
+    Raises:
+        InfraError: a process still ran :data:`KILL_WAIT_S` seconds after SIGKILL.
+    """
+    held = [(pid, fd) for pid, args in targets if (fd := _hold(pid, args)) is not None]
+    try:
+        for _, fd in held:
+            _signal(fd, signal.SIGTERM)
+        for pid, fd in held:
+            if _exits_within(pid, fd, timeout_s):
+                continue
+            _signal(fd, signal.SIGKILL)
+            if not _exits_within(pid, fd, KILL_WAIT_S):
+                msg = (f"process {pid} still runs {KILL_WAIT_S:.0f} s after SIGKILL; "
+                       "look at it with ps")
+                raise InfraError(msg)
+    finally:
+        for _, fd in held:
+            os.close(fd)
+
+
+def _hold(pid: int, args: Sequence[str] | None) -> int | None:
+    """A pidfd of ``pid`` when it runs (and runs ``args``), else None."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    if args is None or runs_command(pid, args):
+        return fd
+    os.close(fd)
+    return None
+
+
+def _signal(fd: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        signal.pidfd_send_signal(fd, sig)
+
+
+def _exits_within(pid: int, fd: int, timeout_s: float) -> bool:
+    """Whether the process behind ``fd`` has exited (every thread) within ``timeout_s``.
+
+    A pidfd turns readable once the whole thread group is gone: a JVM shutting down, whose
+    main thread is already a zombie while its shutdown threads run, still counts as running.
+    """
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    exited = bool(poller.poll(max(0.0, timeout_s) * 1000))
+    if exited:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        if not pid_alive(pid):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
+    return exited

@@ -427,17 +427,26 @@ def _start_down_workers(cluster: SparkCluster, python: str, timeout_s: float) ->
 
 
 def _terminate_group(pid: int, *, timeout_s: float) -> None:
-    """SIGTERM the process group led by ``pid``, wait, then SIGKILL what is left of it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGTERM)
+    """SIGTERM the process group led by ``pid``, wait, then SIGKILL what is left of it.
+
+    Each signal goes out only while the group exists: a group's number stays taken while any
+    member runs, but once it is empty the number may lead another group (one of the sessions
+    revise starts), which a late signal would kill.
+    """
+    _signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and group_alive(pid):
         time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+    _signal_group(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and group_alive(pid):
         time.sleep(0.05)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    if group_alive(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
 
 
 def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> SparkCluster | None:
@@ -454,8 +463,7 @@ def stop(home: Path | None = None, *, timeout_s: float = _STOP_TIMEOUT_S) -> Spa
     live = [w.pid for w in reversed(cluster.up_workers())]
     live += [cluster.master_pid] if cluster.master_up() else []
     for pid in live:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
+        _signal_group(pid, signal.SIGTERM)
     for pid in live:
         _terminate_group(pid, timeout_s=timeout_s)
     _state_file(home).unlink(missing_ok=True)

@@ -106,3 +106,16 @@ def test_runs_command_tells_the_recorded_process_from_another_with_its_pid() -> 
         child.kill()
         child.wait(30)
     assert not runs_command(child.pid, args)  # gone
+
+
+def test_terminate_leaves_alone_a_pid_that_runs_another_command() -> None:
+    """A recorded pid now running something else (the kernel reused it) gets no signal."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        terminate(child.pid, timeout_s=0.2, args=["kafka.Kafka", "node-1/server.properties"])
+        assert child.poll() is None and pid_alive(child.pid)
+        terminate(child.pid, timeout_s=5, args=["-c", "import time; time.sleep(600)"])
+        assert child.poll() is not None  # its own arguments: SIGTERMed, and reaped here
+    finally:
+        child.kill()
+        child.wait(30)
