@@ -63,7 +63,8 @@ if TYPE_CHECKING:
     from deltalake.transaction import AddAction, CommitProperties
 
 __all__ = ["PARQUET_OPTIONS", "STATS_COLUMNS", "STRING_PREFIX", "DataFile", "DataFileError",
-           "commit_batches", "commit_files", "delta_stats", "write_data_file"]
+           "commit_batches", "commit_files", "delta_stats", "read_data_files",
+           "write_data_file"]
 
 PARQUET_OPTIONS: Final[Mapping[str, Any]] = {
     "compression": "snappy",
@@ -176,6 +177,31 @@ def write_data_file(table_path: str, rows: pa.Table, *, prefix: str,
         st = final.stat()
         size, mtime_ms = st.st_size, st.st_mtime_ns // 1_000_000
     return DataFile(name, size, mtime_ms, rows.num_rows, stats)
+
+
+def read_data_files(table_path: str, files: Sequence[DataFile], schema: pa.Schema, *,
+                    storage_options: Mapping[str, str] | None = None) -> pa.Table:
+    """The rows of ``files`` of the Delta table at ``table_path``, in ``schema``, in order.
+
+    Reads them whether or not the table's log holds them yet (a local path directly, a URI
+    through delta-rs's object store, as :func:`write_data_file` wrote them).
+
+    Raises:
+        OSError: A file could not be read (gone, or the store refused).
+    """
+    if not files:
+        return schema.empty_table()
+    if "://" in table_path:
+        import pyarrow.fs as pafs
+        from deltalake.fs import DeltaStorageHandler
+
+        fs: Any = pafs.PyFileSystem(DeltaStorageHandler(
+            table_path, dict(storage_options) if storage_options else None))
+        paths = [f.path for f in files]
+    else:
+        fs, paths = None, [str(Path(table_path) / f.path) for f in files]
+    tables = [pq.read_table(path, schema=schema, filesystem=fs) for path in paths]
+    return pa.concat_tables(tables)
 
 
 def _parquet_writer(rows: pa.Table) -> Callable[[BinaryIO], None]:

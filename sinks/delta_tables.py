@@ -72,7 +72,7 @@ from sinks.delta_layout import (
     retain_logs,
 )
 from sinks.delta_schema import TABLE_PROPERTIES, DeltaSchemaError, arrow_schema
-from sinks.delta_txn import AfterWrite, DeltaRoot, DeltaWriteError, app_id, conform
+from sinks.delta_txn import AfterWrite, DeltaRoot, DeltaWriteError, app_id
 from sinks.file_stage import FileStage
 from sinks.latest_merge import REST_RATIO, LatestTable
 
@@ -217,7 +217,7 @@ class DeltaTables:
         files = write_rows(self._root, self.schema,
                            history_rows(query_id, revisions, late, dead_letters),
                            prefix=f"b{batch_id}")
-        self.write_files(query_id, batch_id, files, revisions, defer_latest=defer_latest,
+        self.write_files(query_id, batch_id, files, defer_latest=defer_latest,
                          before_latest=before_latest)
 
     # Longer than ~60 lines: the docstring carries steps 3a-3d of the commit sequence.
@@ -226,7 +226,6 @@ class DeltaTables:
         query_id: str,
         batch_id: int,
         files: Mapping[str, Sequence[DataFile]],
-        revisions: pa.Table,
         *,
         defer_latest: bool = False,
         before_latest: Callable[[], None] | None = None,
@@ -242,10 +241,10 @@ class DeltaTables:
         3a. add the batch's ``revisions`` data files to ``revisions``;
         3b. add its ``late`` data files to ``late``;
         3c. add its ``dead_letter`` data files to ``dead_letter``;
-        3d. MERGE ``revisions`` into ``latest`` on ``LATEST_KEY``, after keeping only the
-            highest revision per window: a higher retracted revision deletes the row, a higher
-            one replaces it, a new window is inserted unless retracted; equal or lower
-            revisions change nothing.
+        3d. MERGE the batch's ``revisions`` data files into ``latest`` on ``LATEST_KEY``,
+            after keeping only the highest revision per window: a higher retracted revision
+            deletes the row, a higher one replaces it, a new window is inserted unless
+            retracted; equal or lower revisions change nothing.
 
         With a ``stage``, 3a–3c stage the batch's file records, and the staged batches are
         committed in one transaction per table once the interval has passed
@@ -255,8 +254,8 @@ class DeltaTables:
             query_id: The job's stable id.
             batch_id: The Spark micro-batch id (the Delta app transaction version).
             files: The batch's data files per history table
-                (:func:`sinks.delta_files.write_data_file`, in the table's schema).
-            revisions: The batch's revisions, for the MERGE into ``latest``.
+                (:func:`sinks.delta_files.write_data_file`, in the table's schema); those
+                of ``revisions`` are also the MERGE's source.
             defer_latest: Queue 3d for the background merger and return after 3a–3c: the
                 MERGE then overlaps whatever the caller does next (the job: Spark computing
                 the next micro-batches), and covers the batches queued meanwhile too
@@ -276,16 +275,16 @@ class DeltaTables:
         t: dict[str, float] = {}
         if defer_latest:  # the MERGEs of batches before: their errors, and their seconds
             t["latest"] = self._latest.take_seconds()
-        latest_rows = conform(revisions, self.schema("revisions"))
+        sources = tuple(files.get("revisions", ()))
         beside: dict[str, Callable[[], float]] = {}
         if not defer_latest:  # 3d. MERGE into latest, same app transaction
-            beside["latest"] = partial(self._latest.merge, latest_rows, app, batch_id)
+            beside["latest"] = partial(self._latest.merge_files, sources, app, batch_id)
         failure = (f"Delta write of batch {batch_id} of query {query_id!r} under "
                    f"{self.path!r} failed ({{error}}); replaying the batch completes it")
         # 3a, 3b, 3c: idempotent commits (or staged), beside a foreground 3d
         t.update(self._history.write(app, batch_id, files, failure, beside))
-        if defer_latest and latest_rows.num_rows:  # 3d, in the background
-            self._latest.submit(app, batch_id, latest_rows, before_latest)
+        if defer_latest and sources:  # 3d, in the background
+            self._latest.submit(app, batch_id, sources, before_latest)
         self.last_timings = WriteTimings(
             t["revisions"], t["late"], t["dead_letter"], t.get("latest", 0.0),
             time.perf_counter() - t0)

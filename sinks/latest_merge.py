@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 
 from revise.errors import ReviseError
 from revise.vocab import LATEST_KEY
+from sinks.delta_files import DataFile, read_data_files
 from sinks.delta_txn import AfterWrite, DeltaRoot, DeltaWriteError, app_id, conform
 
 if TYPE_CHECKING:
@@ -76,8 +77,9 @@ MAX_PENDING_BATCHES: Final = 16
 MAX_PENDING_ROWS: Final = 1_000_000
 """Revisions the backlog holds at most (its memory: ~100-300 bytes each as Arrow)."""
 
-Merge = Callable[[pa.Table, str, int], float]
-"""``merge(revisions, app_id, batch_id)``: one idempotent MERGE; its seconds."""
+Merge = Callable[[Sequence[DataFile], str, int], float]
+"""``merge(files, app_id, batch_id)``: one idempotent MERGE of ``revisions`` data files; its
+seconds."""
 
 
 class MergeFailed(ReviseError, RuntimeError):
@@ -94,7 +96,7 @@ class MergeFailed(ReviseError, RuntimeError):
 class _Pending:
     app_id: str
     batch_id: int
-    revisions: pa.Table
+    files: tuple[DataFile, ...]
     before: Callable[[], None] | None
 
 
@@ -134,9 +136,11 @@ class LatestMerger:
         """MERGEs run so far (each covers one or more micro-batches)."""
         return self._merges
 
-    def submit(self, app_id: str, batch_id: int, revisions: pa.Table,
+    def submit(self, app_id: str, batch_id: int, files: Sequence[DataFile],
                before: Callable[[], None] | None = None) -> float:
-        """Queue ``revisions`` of ``batch_id`` for a MERGE; the seconds spent waiting.
+        """Queue ``batch_id``'s ``revisions`` data files for a MERGE; the seconds spent waiting.
+
+        The backlog holds the files' records, not their rows: the rows are read when merged.
 
         Returns at once unless the backlog is full; then it waits for the running MERGE to
         end (and take the backlog). ``before`` is called on the merger's thread just before
@@ -151,7 +155,7 @@ class LatestMerger:
             while self._full() and self._error is None:
                 self._cond.wait()
             self._raise_error()
-            self._pending.append(_Pending(app_id, batch_id, revisions, before))
+            self._pending.append(_Pending(app_id, batch_id, tuple(files), before))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="revise-latest",
                                                 daemon=True)
@@ -204,7 +208,7 @@ class LatestMerger:
             raise self._error
 
     def _full(self) -> bool:
-        rows = sum(p.revisions.num_rows for p in self._pending)
+        rows = sum(f.num_records for p in self._pending for f in p.files)
         return len(self._pending) >= self._max_batches or rows >= self._max_rows
 
     def _loop(self) -> None:
@@ -253,8 +257,8 @@ class LatestMerger:
                 for p in run:
                     if p.before is not None:
                         p.before()
-                rows = pa.concat_tables([p.revisions for p in run])
-                took += self._merge(rows, run[-1].app_id, run[-1].batch_id)
+                files = [f for p in run for f in p.files]
+                took += self._merge(files, run[-1].app_id, run[-1].batch_id)
                 self._merges += 1
                 done = end
         except BaseException as e:  # noqa: BLE001 - handed to the job's thread
@@ -326,9 +330,22 @@ class LatestTable:
                 self._root.table("latest").optimize.compact()
         return took
 
-    def _merge_deferred(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:
+    def merge_files(self, files: Sequence[DataFile], app_id: str, batch_id: int) -> float:
+        """:meth:`merge` of the rows of ``revisions`` data files (written, maybe not committed).
+
+        The rows are read here, from the files the tasks wrote, not handed over by the
+        caller: what a micro-batch brings to the driver is the files' records only.
+        """
+        if not files:
+            return 0.0
+        t0 = time.perf_counter()
+        rows = read_data_files(self._root.table_path("revisions"), files, self._schema,
+                               storage_options=self._root.storage_options)
+        return time.perf_counter() - t0 + self.merge(rows, app_id, batch_id)
+
+    def _merge_deferred(self, files: Sequence[DataFile], app_id: str, batch_id: int) -> float:
         """A MERGE of the merger's, then ``after_write``."""
-        took = self.merge(revisions, app_id, batch_id)
+        took = self.merge_files(files, app_id, batch_id)
         if self._after_write is not None:
             self._after_write("latest", batch_id)
         return took
@@ -343,7 +360,7 @@ class LatestTable:
             self._merger.check()
         return self._merger.take_seconds()
 
-    def submit(self, app_id: str, batch_id: int, revisions: pa.Table,
+    def submit(self, app_id: str, batch_id: int, files: Sequence[DataFile],
                before: Callable[[], None] | None) -> None:
         """Queue a batch's MERGE for the background merger (:meth:`LatestMerger.submit`).
 
@@ -351,7 +368,7 @@ class LatestTable:
             DeltaWriteError: an earlier deferred MERGE failed.
         """
         with self._errors():
-            self._merger.submit(app_id, batch_id, revisions, before)
+            self._merger.submit(app_id, batch_id, files, before)
 
     def hurry(self) -> None:
         """Start merging the backlog now (:meth:`LatestMerger.hurry`)."""

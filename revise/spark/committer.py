@@ -284,7 +284,7 @@ class BatchCommitter:
             # 1-2. compute the batch; each task commits its partition's messages to Kafka
             collected = write(df, self.changelog.settings(batch_id, emitted_at))
             self.result.collected_bytes += collected.nbytes
-            out = decode_output(collected, self.cfg.revision_schema)
+            out = decode_output(collected)
             collect_s = time.monotonic() - t0
             self.result.collect_seconds += collect_s
             if self._pool is None:
@@ -355,7 +355,7 @@ class BatchCommitter:
         # 3. Delta: idempotent per (query_id, batch_id)
         td = time.monotonic()
         self.tables.write_files(
-            self.cfg.query_id, batch_id, out.files, out.revisions,
+            self.cfg.query_id, batch_id, out.files,
             defer_latest=True,
             before_latest=lambda: self._crash_once_recorded("before_latest", batch_id),
         )

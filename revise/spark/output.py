@@ -6,10 +6,10 @@ task's JVM writer commits, ``revise.jvm.TaskChangelog``) and as Delta data files
 the worker, ``sinks.delta_files``; rows ``file:<table>`` carry the files' records). What else
 comes back to the driver is small: the shard's counts (``counts``: revisions by timing,
 too-late records, dead letters by reason, the highest watermark), its open windows
-(``open``), each task's Kafka report (``kafka``), and, for the MERGE into ``latest`` that the
-driver runs, the revisions as Arrow IPC chunks (``revision``). :func:`encode_output` writes the
-rows in the Python worker; on the driver :func:`decode_output` turns the collected rows into
-one :class:`BatchOutput`.
+(``open``) and each task's Kafka report (``kafka``): metadata that grows with the shards and
+files, never with the records (``latest`` is merged from the ``revisions`` data files,
+``sinks.latest_merge``). :func:`encode_output` writes the rows in the Python worker; on the
+driver :func:`decode_output` turns the collected rows into one :class:`BatchOutput`.
 """
 
 from __future__ import annotations
@@ -33,12 +33,10 @@ if TYPE_CHECKING:
     from sinks.delta_files import DataFile
 
 __all__ = [
-    "CHUNK_ROWS",
     "COUNTS_KIND",
     "FILE_KIND",
     "MESSAGE_KINDS",
     "OPEN_KIND",
-    "OUTPUT_IPC",
     "REPORT_KIND",
     "REVISIONS_ONLY",
     "BatchCounts",
@@ -67,17 +65,6 @@ partition)."""
 
 FILE_KIND: Final = "file:"
 """Prefix of the kind of a row holding one data file's record; the rest is the table."""
-
-CHUNK_ROWS = 250_000
-"""Rows per IPC chunk (~120 MB of revisions at most): far below Spark's 2 GB value limit."""
-
-OUTPUT_IPC: Final = pa.ipc.IpcWriteOptions(compression="zstd")
-"""The ``revision`` chunks are zstd-compressed: every byte of them is copied from the Python
-worker through the JVM's rows, the task's result and the driver's socket, and crosses the
-network to the driver on a cluster. A close of 210k windows: 40.4 MB → 15.8 MB for +8 ms
-to write and +15 ms to read (docs/lab/benchmarks-diary.md, *The operator's output
-compressed*)."""
-
 
 @dataclass(frozen=True, slots=True)
 class MessageKinds:
@@ -168,8 +155,6 @@ class BatchOutput:
     """One micro-batch's output as the driver sees it.
 
     Attributes:
-        revisions: Revisions (the job's ``revise.records.revision_schema``), each window's in
-            revision order, for the MERGE into ``latest``.
         files: The history tables' data files the tasks wrote, by table.
         counts: What the batch produced, counted.
         partition_counts: The same, per state partition.
@@ -180,7 +165,6 @@ class BatchOutput:
             ``seconds``).
     """
 
-    revisions: pa.Table
     files: dict[str, list[DataFile]] = field(default_factory=dict)
     counts: BatchCounts = field(default_factory=BatchCounts)
     partition_counts: dict[int, BatchCounts] = field(default_factory=dict)
@@ -228,8 +212,8 @@ def encode_output(*, revisions: pa.Table, late: pa.Table, dead: pa.Table,
 
     ``revisions`` (in ``revision_schema``, each window's in revision order, a close-all's FINALs
     last, already stamped, :func:`stamp`), ``late`` and ``dead`` give the Kafka messages of the
-    kinds ``messages`` asks for and the counts; ``revisions`` also the ``revision`` chunks for
-    ``latest``. ``files``: the data files the worker wrote for them. ``open_windows``
+    kinds ``messages`` asks for and the counts. ``files``: the data files the worker wrote for
+    them. ``open_windows``
     ``(shard, count)``: the shard's open windows after the call. ``partition``: the state
     partition of the task (the ``counts`` row's ``rows``).
     """
@@ -246,10 +230,6 @@ def encode_output(*, revisions: pa.Table, late: pa.Table, dead: pa.Table,
             rows.append((f"msg:{i}", table.num_rows, _messages(kind, table, revision_schema)))
     for table_name, table_files in (files or {}).items():
         rows.extend((FILE_KIND + table_name, f.num_records, f.to_json()) for f in table_files)
-    if revisions.num_rows:
-        cast = revisions.cast(revision_schema)
-        for start in range(0, cast.num_rows, CHUNK_ROWS):
-            rows.append(("revision", *_ipc(cast.slice(start, CHUNK_ROWS))))
     if not rows:
         return None
     import pandas as pd
@@ -280,36 +260,19 @@ def _messages(kind: str, table: pa.Table, revision_schema: pa.Schema) -> bytes:
     return frame(*encode_dead_letters(table))
 
 
-def _ipc(table: pa.Table) -> tuple[int, bytes]:
-    """``(rows, Arrow IPC stream bytes, zstd-compressed)`` of one output table."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=OUTPUT_IPC) as writer:
-        writer.write_table(table)
-    return table.num_rows, sink.getvalue().to_pybytes()
-
-
-def decode_output(collected: pa.Table,
-                  revision_schema: pa.Schema = REVISION_SCHEMA) -> BatchOutput:
-    """The micro-batch's collected rows → a :class:`BatchOutput`.
-
-    ``revision_schema``: the job's (``revise.records.revision_schema`` of its aggregates).
-    Chunks keep their order (the order Spark collected them in); rows inside a chunk keep the
-    engine's emission order, so one window's revisions of a batch stay in revision order.
-    """
+def decode_output(collected: pa.Table) -> BatchOutput:
+    """The micro-batch's collected rows → a :class:`BatchOutput`."""
     from sinks.delta_files import DataFile
 
     kinds = collected.column("kind").to_pylist()
     payloads = collected.column("payload")
     counts = collected.column("rows")
-    chunks: list[pa.Table] = []
     files: dict[str, list[DataFile]] = {}
     by_partition: dict[int, BatchCounts] = {}
     open_windows: dict[int, int] = {}
     reports: list[dict[str, Any]] = []
     for i, kind in enumerate(kinds):
-        if kind == "revision":
-            chunks.append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
-        elif kind.startswith(FILE_KIND):
+        if kind.startswith(FILE_KIND):
             files.setdefault(kind[len(FILE_KIND):], []).append(
                 DataFile.from_json(payloads[i].as_py()))
         elif kind == COUNTS_KIND:
@@ -320,8 +283,7 @@ def decode_output(collected: pa.Table,
             open_windows[int(payloads[i].as_py())] = int(counts[i].as_py())
         elif kind == REPORT_KIND:
             reports.append(json.loads(payloads[i].as_py()))
-    revisions = pa.concat_tables(chunks) if chunks else revision_schema.empty_table()
     total = BatchCounts()
     for c in by_partition.values():
         total = total + c
-    return BatchOutput(revisions, files, total, by_partition, open_windows, tuple(reports))
+    return BatchOutput(files, total, by_partition, open_windows, tuple(reports))

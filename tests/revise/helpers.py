@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import struct
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 from hypothesis import strategies as st
 from oracle import Rec
 
 from revise.aggspec import AggList
 from revise.config import EngineConfig, WindowSpec
 from revise.engine import BatchOutput, InputBatch
-from revise.records import LateRecord, Revision
+from revise.records import REVISION_SCHEMA, LateRecord, Revision
 
 
 def make_batch(recs: list[Rec], topic: str = "t") -> InputBatch:
@@ -92,3 +96,30 @@ def streams(draw: st.DrawFn, max_records: int = 60, exact: bool = True) -> list[
         batches.append(recs[prev:c])
         prev = c
     return batches
+
+
+def unframe(payload: bytes) -> tuple[list[bytes | None], list[bytes]]:
+    """The keys and values of a ``msg:<i>`` payload (``sinks.kafka.partitions.frame``)."""
+    keys: list[bytes | None] = []
+    values: list[bytes] = []
+    at = 0
+    while at < len(payload):
+        (n,) = struct.unpack_from(">i", payload, at)
+        at += 4
+        keys.append(None if n < 0 else payload[at:at + n])
+        at += max(n, 0)
+        (n,) = struct.unpack_from(">i", payload, at)
+        values.append(payload[at + 4:at + 4 + n])
+        at += 4 + n
+    return keys, values
+
+
+def message_revisions(rows: pd.DataFrame | None,
+                      schema: pa.Schema = REVISION_SCHEMA) -> list[dict[str, Any]]:
+    """The revisions an operator's output rows send to the changelog (``msg:0``), decoded."""
+    from sinks.kafka import decode_revision_row
+
+    if rows is None:
+        return []
+    payloads = rows[rows["kind"] == "msg:0"]["payload"].tolist()
+    return [decode_revision_row(v, schema) for p in payloads for v in unframe(p)[1]]

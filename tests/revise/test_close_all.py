@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import struct
 from pathlib import Path
 
 import pyarrow as pa
+from helpers import message_revisions, unframe
 from test_job_options import config
 from test_overlap_commit import NOTHING_COLLECTED, _Batch, _Changelog, _output, _Tables
 
@@ -31,7 +31,7 @@ from revise.spark.committer import BatchCommitter, JobResult
 from revise.spark.output import MessageKinds, decode_output, encode_output, stamp
 from revise.spark.spark_log import batch_offsets, last_entry
 from revise.spark.task_output import BATCH_PROPERTY
-from sinks.kafka import decode_revision_row, revision_key
+from sinks.kafka import revision_key
 
 
 def _commands(path: Path) -> list[dict]:
@@ -111,36 +111,22 @@ def test_a_shards_rows_stamp_its_revisions_and_frame_them_as_the_changelogs_mess
     revisions = stamp(_revisions(100, 3, "a"), 1234)
     late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
     rows = encode_output(revisions=revisions, late=late, dead=dead, messages=MessageKinds())
-    assert rows is not None and list(rows["kind"]) == ["counts", "msg:0", "revision"]
+    assert rows is not None and list(rows["kind"]) == ["counts", "msg:0"]
     out = decode_output(pa.Table.from_pandas(rows, preserve_index=False))
-    assert set(out.revisions.column("emitted_at_ms").to_pylist()) == {1234}
     assert (dict(out.counts.revisions), out.counts.watermark_ms) == ({"FINAL": 3}, 100)
-    keys, values = _unframe(rows["payload"][1])
-    assert [decode_revision_row(v) for v in values] == out.revisions.to_pylist()
+    sent = message_revisions(rows)
+    assert sent == revisions.to_pylist()
+    assert {r["emitted_at_ms"] for r in sent} == {1234}
+    keys, _values = unframe(rows["payload"][1])
     assert keys == [revision_key("a", i, 10) for i in range(3)]
     assert encode_output(revisions=REVISION_SCHEMA.empty_table(), late=late, dead=dead) is None
-
-
-def _unframe(payload: bytes) -> tuple[list[bytes | None], list[bytes]]:
-    keys: list[bytes | None] = []
-    values: list[bytes] = []
-    at = 0
-    while at < len(payload):
-        (n,) = struct.unpack_from(">i", payload, at)
-        at += 4
-        keys.append(None if n < 0 else payload[at:at + n])
-        at += max(n, 0)
-        (n,) = struct.unpack_from(">i", payload, at)
-        values.append(payload[at + 4:at + 4 + n])
-        at += 4 + n
-    return keys, values
 
 
 def test_the_committer_hands_the_batchs_input_end_to_its_tasks_and_writes_the_close(
         tmp_path, monkeypatch):
     out = _output(_revisions(0, 1, "k"))
     monkeypatch.setattr(committer_module, "write", lambda _df, _settings: NOTHING_COLLECTED)
-    monkeypatch.setattr(committer_module, "decode_output", lambda _collected, _schema: out)
+    monkeypatch.setattr(committer_module, "decode_output", lambda _collected: out)
     base = config()
     cfg = dataclasses.replace(base, checkpoint=str(tmp_path / "ckpt"),
                               kafka=dataclasses.replace(base.kafka, input_topic="in"))

@@ -1,10 +1,12 @@
-"""The stateful operator's output rows (messages, data file records, counts, revision chunks)
+"""The stateful operator's output rows (messages, data file records, counts, open windows)
 and what the driver decodes of them."""
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
-import pytest
+from helpers import message_revisions
 
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.spark import output
@@ -38,40 +40,19 @@ def _collect(*frames: object) -> pa.Table:
     return pa.Table.from_pandas(pd.concat(frames, ignore_index=True), preserve_index=False)
 
 
-def test_revision_chunks_decode_back_in_order(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(output, "CHUNK_ROWS", 3)
-    revs = _revisions(7)
-    frame = output.encode_output(revisions=revs, late=_NO_LATE, dead=_NO_DEAD)
-    assert frame is not None
-    kinds = frame["kind"].tolist()
-    assert kinds == ["counts", "msg:0", "revision", "revision", "revision"]
-    assert frame["rows"].tolist()[2:] == [3, 3, 1]
-    out = output.decode_output(_collect(frame))
-    assert out.revisions.equals(revs)  # rows and order kept
-
-
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-"""The first bytes of a zstd frame (RFC 8878)."""
-
-
-def test_revision_chunks_are_compressed_and_decode_to_the_same_rows():
-    # Many rows of a few values: the chunk is far smaller than the same stream uncompressed,
-    # and each of its record batches carries zstd body compression.
-    revs = _revisions(20_000)
-    frame = output.encode_output(revisions=revs, late=_NO_LATE, dead=_NO_DEAD,
-                                 messages=output.MessageKinds())
-    assert frame is not None
-    (payload,) = frame[frame["kind"] == "revision"]["payload"].tolist()
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, revs.schema) as writer:
-        writer.write_table(revs)
-    assert len(payload) < sink.getvalue().size / 2
-    stream = pa.BufferReader(payload)
-    pa.ipc.read_message(stream)  # the schema
-    message = pa.ipc.read_message(stream)  # the first record batch
-    assert message.type == "record batch"
-    assert _ZSTD_MAGIC in message.body.to_pybytes()  # each buffer a zstd frame
-    assert output.decode_output(_collect(frame)).revisions.equals(revs)
+def test_only_metadata_comes_back_whatever_the_number_of_revisions():
+    """Revisions become Kafka messages (kept by the task's writer) and data files; the rows
+    for the driver are one counts row and the files' records, for 10 or 20,000 revisions."""
+    a_file = DataFile("part-a.parquet", 10, 1, 20_000, '{"numRecords":20000}')
+    for n in (10, 20_000):
+        frame = output.encode_output(revisions=_revisions(n), late=_NO_LATE, dead=_NO_DEAD,
+                                     files={"revisions": [a_file]})
+        assert frame is not None
+        assert frame["kind"].tolist() == ["counts", "msg:0", "file:revisions"]
+        to_driver = frame[frame["kind"] != "msg:0"]
+        assert sum(len(b) for b in to_driver["payload"]) < 500
+        out = output.decode_output(_collect(to_driver))
+        assert out.counts.revisions == {"EARLY": n} and out.files == {"revisions": [a_file]}
 
 
 def test_a_shard_without_output_yields_nothing():
@@ -140,17 +121,17 @@ def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
     cfg = EngineConfig(WindowSpec.parse("tumbling:10ms"), 0, aggs=aggs)
     out = Engine.build(cfg, None).process(batch, watermark_ms=0, batch_id=4, now_ms=1)
     schema = revision_schema(aggs)
-    rows = output.encode_output(revisions=out.revisions.to_arrow(), late=_NO_LATE,
-                                dead=pa.concat_tables(dead), revision_schema=schema)
-    back = output.decode_output(_collect(rows), schema)
-    (rev,) = back.revisions.to_pylist()
-    assert back.revisions.schema == schema and back.counts.dead == {"missing field 'a.b'": 1}
+    rows = output.encode_output(revisions=out.revisions.to_arrow().cast(schema),
+                                late=_NO_LATE, dead=pa.concat_tables(dead),
+                                revision_schema=schema)
+    assert rows is not None
+    back = output.decode_output(_collect(rows[rows["kind"] != "msg:0"]))
+    assert back.counts.dead == {"missing field 'a.b'": 1}
+    (rev,) = message_revisions(rows, schema)
     assert (rev["count"], rev["max_a_b"], rev["distinct_u"]) == (2, 4.0, 2)
 
 
 def test_a_replays_counts_leave_out_the_partitions_that_had_committed_it():
-    import json
-
     import pandas as pd
 
     a = output.encode_output(revisions=_revisions(2), late=_NO_LATE, dead=_NO_DEAD, partition=0)

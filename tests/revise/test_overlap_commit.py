@@ -85,15 +85,15 @@ class _Batch:
 
 
 def _output(revisions: pa.Table) -> BatchOutput:
-    """A batch's output with ``revisions`` (no data files: the Delta writes are stand-ins)."""
-    return BatchOutput(revisions, counts=BatchCounts.of(
+    """A batch's output counting ``revisions`` (no data files: the Delta writes are stand-ins)."""
+    return BatchOutput(counts=BatchCounts.of(
         revisions, LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()))
 
 
 def _no_spark(monkeypatch: pytest.MonkeyPatch, out: BatchOutput) -> None:
     """The batch's run on Spark (its tasks writing Kafka) and its decoding: ``out``."""
     monkeypatch.setattr(committer_module, "write", lambda _df, _settings: NOTHING_COLLECTED)
-    monkeypatch.setattr(committer_module, "decode_output", lambda _collected, _schema: out)
+    monkeypatch.setattr(committer_module, "decode_output", lambda _collected: out)
 
 
 @pytest.mark.parametrize("overlap", [True, False])

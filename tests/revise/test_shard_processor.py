@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import message_revisions
 
 from revise.config import EngineConfig, WindowSpec
 from revise.engine import Engine, InputBatch
 from revise.spark import operator
 from revise.spark.operator import ShardProcessor
-from revise.spark.output import decode_output
 from revise.spark.shard_state import EngineCache, Meta, Step, apply_step
 
 
@@ -124,17 +124,7 @@ def call(store: dict[str, Any], frames: list[pd.DataFrame] | None, watermark_ms:
             handle.deleteTimer(fired)
         else:
             out = list(p.handleInputRows((0,), iter(frames), times))
-    revs = decode_output(pa_table(out)).revisions
-    return revs.to_pylist()
-
-
-def pa_table(frames: list[pd.DataFrame]) -> Any:
-    import pyarrow as pa
-
-    if not frames:
-        return pa.table({"kind": pa.array([], pa.string()), "rows": pa.array([], pa.int64()),
-                         "payload": pa.array([], pa.binary())})
-    return pa.Table.from_pandas(pd.concat(frames, ignore_index=True), preserve_index=False)
+    return message_revisions(pd.concat(out, ignore_index=True) if out else None)
 
 
 @pytest.fixture(autouse=True)

@@ -40,7 +40,7 @@ class _Query:
 def _driver(tmp_path, monkeypatch, query: _Query) -> tuple[JobDriver, BatchCommitter]:
     out = _output(pa.Table.from_pylist([_ROW], schema=REVISION_SCHEMA))
     monkeypatch.setattr(committer_module, "write", lambda _df, _settings: NOTHING_COLLECTED)
-    monkeypatch.setattr(committer_module, "decode_output", lambda _collected, _schema: out)
+    monkeypatch.setattr(committer_module, "decode_output", lambda _collected: out)
     cfg = dataclasses.replace(config(), checkpoint=str(tmp_path))
     committer = BatchCommitter(cfg, _Changelog(), _Tables(), JobResult("q"))  # type: ignore[arg-type]
     driver = JobDriver(query, cfg, committer,  # type: ignore[arg-type]

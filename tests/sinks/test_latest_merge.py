@@ -11,10 +11,11 @@ import gc
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 
-import pyarrow as pa
 import pytest
 
+from sinks.delta_files import DataFile
 from sinks.latest_merge import LatestMerger, MergeFailed
 
 NEVER = 1e9
@@ -31,18 +32,19 @@ class Recorder:
         self.started = threading.Event()
         self.fail_on = fail_on
 
-    def __call__(self, rows: pa.Table, app_id: str, batch_id: int) -> float:
+    def __call__(self, files: Sequence[DataFile], app_id: str, batch_id: int) -> float:
         self.started.set()
         self.release.wait(30)
-        batches = rows.column("batch_id").to_pylist()
+        batches = [int(f.path.removeprefix("b")) for f in files]
         if self.fail_on is not None and self.fail_on in batches:
             raise OSError("disk gone")
         self.calls.append((app_id, batch_id, batches))
         return 0.001
 
 
-def rows(batch_id: int, n: int = 1) -> pa.Table:
-    return pa.table({"batch_id": pa.array([batch_id] * n, pa.int64())})
+def rows(batch_id: int, n: int = 1) -> tuple[DataFile, ...]:
+    """The record of one ``revisions`` data file of ``batch_id`` holding ``n`` rows."""
+    return (DataFile(f"b{batch_id}", 100, 0, n, "{}"),)
 
 
 def test_hurry_merges_a_resting_backlog_without_waiting_and_flush_waits_for_it():
