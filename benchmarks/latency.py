@@ -20,9 +20,11 @@ seconds and stops it.
 Figures, per system, over the windows whose first record was sent while feeding (after
 ``--warmup-s``):
 
-- first-result latency: Kafka timestamp of a window's first input record → the first result
-  for the window (revise: ``emitted_at_ms`` of revision 0, stamped when its micro-batch commits;
-  native: the Kafka timestamp of its first output row, i.e. when Spark's sink sent it);
+- first-result latency: Kafka timestamp of a window's first input record → the Kafka timestamp
+  of the window's first output message, i.e. when the producer sent it (revise: a stateful
+  task, right before its partition's transaction commits, which makes it visible; native:
+  Spark's sink). Not revise's ``emitted_at_ms``: that is the micro-batch's stamp, recorded
+  before its tasks run, so it would leave out the batch's own time;
 - final-value latency: Kafka timestamp of the window's last input record → the first result
   whose ``count`` equals the number of records sent for it;
 - batch duration of micro-batches with input while feeding, and of those without
@@ -78,7 +80,7 @@ def _outputs(bootstrap: str, topic: str) -> list[tuple[str, int, int, int]]:
         if value is None:
             continue
         o = orjson.loads(value)
-        at = int(o["emitted_at_ms"]) if "emitted_at_ms" in o else int(m.timestamp()[1])
+        at = int(m.timestamp()[1])
         rows.append((str(o["key"]), int(o["window_start_ms"]), int(o["count"]), at))
     return rows
 

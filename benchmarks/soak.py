@@ -21,8 +21,10 @@ not part of the run); from then, every ``--sample-s`` seconds (60) it records:
 - input lag (records): the input topic's end offsets minus the offsets of the newest entry of
   the checkpoint's offset log (what the job has taken on);
 - first-result latency (ms): for each window, Kafka timestamp of its first record (the feeder
-  stamps records with the wall clock) to ``emitted_at_ms`` of its revision 0 in the committed
-  changelog; p50 / p95 of the windows whose first revision came in the interval.
+  stamps records with the wall clock) to the Kafka timestamp of its revision 0 in the committed
+  changelog (when the stateful task sent it, right before its transaction committed; the
+  revision's ``emitted_at_ms`` is the micro-batch's stamp, taken before the batch ran); p50 /
+  p95 of the windows whose first revision came in the interval.
 
 Prints a table, writes every sample as JSON (``--json``), and at the end compares the total
 memory of the last sample with the one at ``--baseline-minute`` (5; goal: within 5 %) and says
@@ -167,7 +169,7 @@ class ChangelogWatcher(threading.Thread):
                     first = self.feeder.first(row["key"], row["window_start_ms"])
                     if first is not None:
                         with self.lock:
-                            self.latencies.append(int(row["emitted_at_ms"]) - first)
+                            self.latencies.append(int(m.timestamp()[1]) - first)
         finally:
             c.close()
 
