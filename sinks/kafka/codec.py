@@ -215,10 +215,6 @@ def _json_objects(
     return pc.binary_join_element_wise(*parts, "")
 
 
-def _to_bytes(arr: pa.Array) -> list[bytes]:
-    return arr.cast(pa.binary()).to_pylist()  # type: ignore[no-any-return]
-
-
 def require_schema(table: pa.Table, schema: pa.Schema, what: str) -> None:
     """Raise :class:`ChangelogEncodeError` unless ``table`` has every field of ``schema``."""
     missing = [n for n in schema.names if n not in table.column_names]
@@ -231,7 +227,7 @@ def require_schema(table: pa.Table, schema: pa.Schema, what: str) -> None:
 
 
 def encode_revisions(table: pa.Table,
-                     schema: pa.Schema = REVISION_SCHEMA) -> tuple[list[bytes], list[bytes]]:
+                     schema: pa.Schema = REVISION_SCHEMA) -> tuple[pa.Array, pa.Array]:
     """Encode revisions as Kafka keys and values, vectorized.
 
     Args:
@@ -241,7 +237,9 @@ def encode_revisions(table: pa.Table,
             ``count`` / ``FN_FIELD`` and ``prev_`` columns replace ``count`` … ``prev_mean``.
 
     Returns:
-        ``(keys, values)``: key = ``{"key":…,"window_start_ms":…,"window_end_ms":…}`` (the same
+        ``(keys, values)``, binary arrays (``sinks.kafka.partitions.frame`` frames them without
+        a Python object per message; ``.to_pylist()`` gives bytes): key =
+        ``{"key":…,"window_start_ms":…,"window_end_ms":…}`` (the same
         bytes for a window every time, for partitioning and compaction); value = a JSON object
         with every field of ``schema`` in its order, nulls as ``null``, doubles with a decimal
         point, non-finite doubles as ``null``.
@@ -251,28 +249,42 @@ def encode_revisions(table: pa.Table,
     """
     require_schema(table, schema, "revisions")
     if table.num_rows == 0:
-        return [], []
+        return _NO_BYTES, _NO_BYTES
     cache: dict[str, pa.Array] = {}
     keys = _json_objects(table, WINDOW_BOUNDS, cache)
-    return _to_bytes(keys), _to_bytes(_json_objects(table, schema.names, cache))
+    return _binary(keys), _binary(_json_objects(table, schema.names, cache))
 
 
-def encode_late(table: pa.Table) -> tuple[list[bytes], list[bytes]]:
-    """Encode too-late records: key = the input key (UTF-8), value = JSON of the SPEC §6 fields."""
+def encode_late(table: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """Encode too-late records: key = the input key (UTF-8), value = JSON of the SPEC §6 fields.
+
+    Binary arrays, as :func:`encode_revisions` returns them.
+    """
     require_schema(table, LATE_SCHEMA, "late")
     if table.num_rows == 0:
-        return [], []
+        return _NO_BYTES, _NO_BYTES
     keys = pc.fill_null(table.column("key").combine_chunks().cast(pa.string()), "")
-    return _to_bytes(keys), _to_bytes(_json_objects(table, LATE_SCHEMA.names))
+    return _binary(keys), _binary(_json_objects(table, LATE_SCHEMA.names))
 
 
-def encode_dead_letters(table: pa.Table) -> tuple[list[bytes | None], list[bytes]]:
-    """Encode dead letters: key = None (bad input has no trusted key), value = SPEC §6 JSON."""
+def encode_dead_letters(table: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """Encode dead letters: key = null (bad input has no trusted key), value = SPEC §6 JSON.
+
+    Binary arrays, as :func:`encode_revisions` returns them.
+    """
     require_schema(table, DEAD_LETTER_SCHEMA, "dead-letter")
     if table.num_rows == 0:
-        return [], []
-    values = _to_bytes(_json_objects(table, DEAD_LETTER_SCHEMA.names))
-    return [None] * len(values), values
+        return _NO_BYTES, _NO_BYTES
+    values = _binary(_json_objects(table, DEAD_LETTER_SCHEMA.names))
+    return pa.nulls(len(values), pa.binary()), values
+
+
+_NO_BYTES: Final = pa.array([], pa.binary())
+
+
+def _binary(arr: pa.Array) -> pa.Array:
+    """``arr`` (JSON text) as binary: the same buffers, no copy."""
+    return arr.cast(pa.binary())
 
 
 def revision_key(key: str, window_start_ms: int, window_end_ms: int) -> bytes:

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -43,7 +44,9 @@ def _batch(job: dict[str, Any], batch_id: int, keys: list[str]) -> Any:
 
     schema = (StructType().add("kind", StringType()).add("rows", LongType())
               .add("payload", BinaryType()))
-    rows = [("msg:0", 1, frame([k.encode()], [f"{k}@{batch_id}".encode()])) for k in keys]
+    rows = [("msg:0", 1, frame(pa.array([k.encode()], pa.binary()),
+                                pa.array([f"{k}@{batch_id}".encode()], pa.binary())))
+            for k in keys]
     rows.append(("open", 3, b"0"))  # passed through to the driver
     return job["spark"].createDataFrame(rows, schema).repartition(PARTITIONS)
 

@@ -100,17 +100,19 @@ def streams(draw: st.DrawFn, max_records: int = 60, exact: bool = True) -> list[
 
 def unframe(payload: bytes) -> tuple[list[bytes | None], list[bytes]]:
     """The keys and values of a ``msg:<i>`` payload (``sinks.kafka.partitions.frame``)."""
+    (n,) = struct.unpack_from(">i", payload, 0)
+    key_lengths = struct.unpack_from(f">{n}i", payload, 4)
+    value_lengths = struct.unpack_from(f">{n}i", payload, 4 + 4 * n)
+    at = 4 + 8 * n
     keys: list[bytes | None] = []
+    for length in key_lengths:
+        keys.append(None if length < 0 else payload[at:at + length])
+        at += max(length, 0)
     values: list[bytes] = []
-    at = 0
-    while at < len(payload):
-        (n,) = struct.unpack_from(">i", payload, at)
-        at += 4
-        keys.append(None if n < 0 else payload[at:at + n])
-        at += max(n, 0)
-        (n,) = struct.unpack_from(">i", payload, at)
-        values.append(payload[at + 4:at + 4 + n])
-        at += 4 + n
+    for length in value_lengths:
+        values.append(payload[at:at + length])
+        at += length
+    assert at == len(payload), (at, len(payload))
     return keys, values
 
 

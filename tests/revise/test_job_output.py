@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
-from helpers import message_revisions
+import pytest
+from helpers import message_revisions, unframe
 
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.spark import output
@@ -145,3 +146,19 @@ def test_a_replays_counts_leave_out_the_partitions_that_had_committed_it():
     assert out.counts.total_revisions == 5 and out.counts.late == 1  # what the batch holds
     fresh = out.fresh_counts()  # what this run committed: partition 1 only
     assert (dict(fresh.revisions), fresh.late) == ({"FINAL": 3}, 1)
+
+
+def test_messages_are_framed_column_by_column_and_read_back_whole():
+    """``frame`` reads the arrays' buffers: null keys, empty values and a slice come back."""
+    from sinks.kafka.partitions import frame
+
+    keys = pa.array([b"k0", None, b"", b"k3", b"k4"], pa.binary())
+    values = pa.array(["v0", "", "v2", "v\u00e93", "v4"], pa.string())
+    assert unframe(frame(keys, values)) == (
+        [b"k0", None, b"", b"k3", b"k4"], [b"v0", b"", b"v2", "v\u00e93".encode(), b"v4"])
+    assert unframe(frame(keys.slice(2, 2), values.slice(2, 2))) == (
+        [b"", b"k3"], [b"v2", "v\u00e93".encode()])
+    assert unframe(frame(pa.nulls(2, pa.binary()), values.slice(0, 2))) == (
+        [None, None], [b"v0", b""])
+    with pytest.raises(ValueError, match="2 keys for 3 values"):
+        frame(keys.slice(0, 2), values.slice(0, 3))

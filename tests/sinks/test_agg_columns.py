@@ -54,7 +54,7 @@ def table(rows: list[dict[str, Any]]) -> pa.Table:
 
 def test_changelog_json_carries_the_agg_list_columns(row):
     rows = [row("a", 0, p99=12.5, users=2), row("a", 1, p99=13.0, users=3, timing="LATE")]
-    keys, values = encode_revisions(table(rows), SCHEMA)
+    keys, values = (a.to_pylist() for a in encode_revisions(table(rows), SCHEMA))
     assert [decode_revision_row(v, SCHEMA) for v in values] == rows
     obj = orjson.loads(values[1])
     assert list(obj) == SCHEMA.names

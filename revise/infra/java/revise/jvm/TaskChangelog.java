@@ -90,27 +90,86 @@ public final class TaskChangelog {
     return batch.mapPartitions(new Writer(settings), Encoders.row(batch.schema()));
   }
 
-  /** The messages of one {@code msg:} payload: {@code [int32 key length, -1 = none][key] [int32
-   * value length][value]}, repeated, big-endian. */
-  static List<byte[][]> frames(byte[] payload) {
-    ByteBuffer buf = ByteBuffer.wrap(payload);
-    List<byte[][]> out = new ArrayList<>();
-    while (buf.hasRemaining()) {
-      byte[] key = take(buf);
-      byte[] value = take(buf);
-      out.add(new byte[][] {key, value});
+  /**
+   * A task's messages as the framed payloads of its {@code msg:} rows, each with its topic: they
+   * are cut into records only while being sent, so a partition's batch is held once (its
+   * payloads), not twice (payloads and a record per message).
+   */
+  static final class Messages {
+    private final List<String> topics = new ArrayList<>();
+    private final List<byte[]> payloads = new ArrayList<>();
+    private int count;
+
+    void add(String topic, byte[] payload) {
+      topics.add(topic);
+      payloads.add(payload);
+      count += ByteBuffer.wrap(payload).getInt(0);
     }
-    return out;
+
+    int size() {
+      return count;
+    }
+
+    boolean isEmpty() {
+      return count == 0;
+    }
+
+    /** Send them all through {@code producer}; the first failure, if any, once all are acked. */
+    void sendAll(KafkaProducer<byte[], byte[]> producer) {
+      java.util.concurrent.atomic.AtomicReference<Exception> failed =
+          new java.util.concurrent.atomic.AtomicReference<>();
+      for (int i = 0; i < payloads.size(); i++) {
+        String topic = topics.get(i);
+        frames(payloads.get(i), (k, v) -> producer.send(new ProducerRecord<>(topic, k, v),
+            (meta, e) -> {
+              if (e != null) {
+                failed.compareAndSet(null, e);
+              }
+            }));
+      }
+      // The messages first: a producer fenced since its last transaction learns it from their
+      // responses, before anything else (whose request would otherwise wait out max.block.ms
+      // behind the fatal error).
+      producer.flush();
+      Exception e = failed.get();
+      if (e instanceof KafkaException) {
+        throw (KafkaException) e;
+      }
+      if (e != null) {
+        throw new KafkaException("the changelog could not be sent: " + e, e);
+      }
+    }
   }
 
-  private static byte[] take(ByteBuffer buf) {
+  /**
+   * The messages of one {@code msg:} payload, column by column ({@code sinks.kafka.partitions.frame}):
+   * {@code [int32 n][int32 key length x n, -1 = none][int32 value length x n][keys][values]},
+   * big-endian, each handed to {@code each} as (key or null, value).
+   */
+  static void frames(byte[] payload,
+      java.util.function.BiConsumer<byte[], byte[]> each) {
+    ByteBuffer buf = ByteBuffer.wrap(payload);
     int n = buf.getInt();
-    if (n < 0) {
-      return null;
+    int key = 4 + 8 * n;
+    int value = key;
+    for (int i = 0; i < n; i++) {
+      value += Math.max(buf.getInt(4 + 4 * i), 0);
     }
-    byte[] b = new byte[n];
-    buf.get(b);
-    return b;
+    for (int i = 0; i < n; i++) {
+      int keyLength = buf.getInt(4 + 4 * i);
+      int valueLength = buf.getInt(4 + 4 * n + 4 * i);
+      byte[] k = null;
+      if (keyLength >= 0) {
+        k = java.util.Arrays.copyOfRange(payload, key, key + keyLength);
+        key += keyLength;
+      }
+      each.accept(k, java.util.Arrays.copyOfRange(payload, value, value + valueLength));
+      value += valueLength;
+    }
+    if (value != payload.length) {
+      throw new IllegalArgumentException(
+          "a msg payload of " + payload.length + " bytes holds " + value + " bytes of messages");
+    }
   }
 
   /** One partition's producer and what it knows of the partition's progress. */
@@ -150,7 +209,7 @@ public final class TaskChangelog {
       TaskContext ctx = TaskContext.get();
       int partition = ctx.partitionId();
       List<Row> passed = new ArrayList<>();
-      List<ProducerRecord<byte[], byte[]>> messages = new ArrayList<>();
+      Messages messages = new Messages();
       List<String> topics = new ArrayList<>();
       for (JsonNode t : s.get("topics")) {
         topics.add(t.isNull() ? null : t.asText());
@@ -163,9 +222,7 @@ public final class TaskChangelog {
           if (topic == null) {
             continue;
           }
-          for (byte[][] kv : frames((byte[]) r.get(2))) {
-            messages.add(new ProducerRecord<>(topic, kv[0], kv[1]));
-          }
+          messages.add(topic, (byte[]) r.get(2));
         } else {
           passed.add(r);
         }
@@ -192,7 +249,7 @@ public final class TaskChangelog {
   }
 
   /** Write {@code messages} for {@code partition}; true when the batch was already in. */
-  static boolean commit(JsonNode s, int partition, List<ProducerRecord<byte[], byte[]>> messages) {
+  static boolean commit(JsonNode s, int partition, Messages messages) {
     String query = s.get("query_id").asText();
     long batch = s.get("batch_id").asLong();
     long epoch = s.get("epoch").asLong();
@@ -215,15 +272,7 @@ public final class TaskChangelog {
           }
           slot.producer.beginTransaction();
           slot.open = true;
-          List<java.util.concurrent.Future<?>> sent = new ArrayList<>(messages.size());
-          for (ProducerRecord<byte[], byte[]> m : messages) {
-            sent.add(slot.producer.send(m));
-          }
-          // The messages first: a producer fenced since its last transaction learns it from
-          // their responses, before the offsets (whose request would otherwise wait out
-          // max.block.ms behind the fatal error).
-          slot.producer.flush();
-          failure(sent);
+          messages.sendAll(slot.producer);  // acked before the offsets are sent
           TopicPartition tp = new TopicPartition(s.get("progress_topic").asText(), partition);
           ObjectNode meta = JSON.createObjectNode();
           meta.put("epoch", epoch);
@@ -259,7 +308,7 @@ public final class TaskChangelog {
   }
 
   /** At-least-once: the messages through a plain idempotent producer, flushed; no progress. */
-  static void sendPlain(JsonNode s, List<ProducerRecord<byte[], byte[]>> messages) {
+  static void sendPlain(JsonNode s, Messages messages) {
     String key = "plain\u0000" + s.get("producer").toString();
     Slot slot = PRODUCERS.computeIfAbsent(key, k -> {
       Properties p = properties(s.get("producer"));
@@ -268,12 +317,7 @@ public final class TaskChangelog {
       p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
       return new Slot(new KafkaProducer<>(p), -1L, -1L);
     });
-    List<java.util.concurrent.Future<?>> sent = new ArrayList<>(messages.size());
-    for (ProducerRecord<byte[], byte[]> m : messages) {
-      sent.add(slot.producer.send(m));
-    }
-    slot.producer.flush();
-    failure(sent);
+    messages.sendAll(slot.producer);
   }
 
   private static final java.util.concurrent.atomic.AtomicBoolean CRASHED =
@@ -298,24 +342,6 @@ public final class TaskChangelog {
     }
     ProcessHandle.current().parent().ifPresent(ProcessHandle::destroyForcibly);
     Runtime.getRuntime().halt(137);
-  }
-
-  /** The first failed send, as the exception the producer raised for it. */
-  private static void failure(List<java.util.concurrent.Future<?>> sent) {
-    for (java.util.concurrent.Future<?> f : sent) {
-      try {
-        f.get();
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        throw new KafkaException("interrupted while sending the changelog", e);
-      } catch (java.util.concurrent.ExecutionException e) {
-        Throwable cause = e.getCause();
-        if (cause instanceof KafkaException) {
-          throw (KafkaException) cause;
-        }
-        throw new KafkaException("the changelog could not be sent: " + cause, cause);
-      }
-    }
   }
 
   private static boolean fenced(Throwable e) {
