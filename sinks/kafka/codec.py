@@ -279,7 +279,9 @@ def encode_dead_letters(table: pa.Table) -> tuple[pa.Array, pa.Array]:
     return pa.nulls(len(values), pa.binary()), values
 
 
-_NO_BYTES: Final = pa.array([], pa.binary())
+_NO_BYTES: Final = pa.nulls(0, pa.binary())
+"""No messages (``pa.nulls``: ``pa.array`` would import pandas, which the operator's
+module must not on the first micro-batch's path)."""
 
 
 def _binary(arr: pa.Array) -> pa.Array:
