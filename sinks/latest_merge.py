@@ -75,7 +75,8 @@ MAX_PENDING_BATCHES: Final = 16
 """Micro-batches the backlog holds at most; with those of a running MERGE, ``latest`` trails
 ``revisions`` by no more than twice this."""
 MAX_PENDING_ROWS: Final = 1_000_000
-"""Revisions the backlog holds at most (its memory: ~100-300 bytes each as Arrow)."""
+"""Revisions the backlog's files hold at most: what one MERGE reads into memory (~100-300 bytes
+each as Arrow); the backlog itself holds only the files' records."""
 
 Merge = Callable[[Sequence[DataFile], str, int], float]
 """``merge(files, app_id, batch_id)``: one idempotent MERGE of ``revisions`` data files; its
