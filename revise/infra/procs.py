@@ -22,7 +22,7 @@ from pathlib import Path
 from revise.errors import ConfigError, InfraError, SetupError
 
 __all__ = ["JVM_OPTIONS_ENV", "append_options", "free_port", "group_alive", "java",
-           "jdk_tool", "jvm_options", "pid_alive", "port_free", "runs_command", "terminate",
+           "jdk_tool", "jvm_options", "pid_alive", "port_free", "runs_command",
            "terminate_all"]
 
 
@@ -186,26 +186,15 @@ def group_alive(pgid: int) -> bool:
 
 
 KILL_WAIT_S = 30.0
-"""How long :func:`terminate` waits for a SIGKILLed process to be gone."""
-
-
-def terminate(pid: int, *, timeout_s: float, args: Sequence[str] | None = None) -> None:
-    """SIGTERM ``pid``, wait up to ``timeout_s`` seconds, then SIGKILL; return once it is gone.
-
-    ``args``: arguments the process must still run (:func:`runs_command`); a pid that no longer
-    does is left alone. None when the caller knows the pid is its own unreaped child.
-    See :func:`terminate_all`.
-
-    Raises:
-        InfraError: ``pid`` still ran :data:`KILL_WAIT_S` seconds after SIGKILL.
-    """
-    terminate_all([(pid, args)], timeout_s=timeout_s)
+"""How long :func:`terminate_all` waits for a SIGKILLed process to be gone."""
 
 
 def terminate_all(targets: Sequence[tuple[int, Sequence[str] | None]], *,
                   timeout_s: float) -> None:
     """SIGTERM every ``(pid, args)`` in order, then wait for each; SIGKILL what outlives it.
 
+    ``args``: arguments the process must still run (:func:`runs_command`); a pid that no longer
+    does is left alone. None when the caller knows the pid is its own unreaped child.
     Each process is held by a pidfd opened before its identity is checked against ``args``,
     so every signal reaches the process that was checked, never one that got its pid since:
     pids are reused fast here (a JVM's threads take them too, and the kernel's counter wraps at

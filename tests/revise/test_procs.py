@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from revise.infra.procs import pid_alive, runs_command, terminate
+from revise.infra.procs import pid_alive, runs_command, terminate_all
 
 # Ignores SIGTERM and holds 1 GiB of touched memory, whose unmapping makes a SIGKILLed process
 # linger for a moment, as a broker JVM's heap does.
@@ -42,7 +42,7 @@ def test_terminate_returns_only_once_a_process_that_ignores_sigterm_is_gone(
     try:
         assert pid_alive(pid)
         started = time.monotonic()
-        terminate(pid, timeout_s=0.3)
+        terminate_all([(pid, None)], timeout_s=0.3)
         # Checked at once: a SIGKILLed process that is still being torn down counts as alive.
         assert not pid_alive(pid)
         assert time.monotonic() - started >= 0.3  # SIGTERM was ignored, so it waited first
@@ -55,7 +55,7 @@ def test_terminate_of_a_process_already_gone_returns_at_once() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait(30)
     started = time.monotonic()
-    terminate(child.pid, timeout_s=10)
+    terminate_all([(child.pid, None)], timeout_s=10)
     assert time.monotonic() - started < 5
     assert not pid_alive(child.pid)
 
@@ -84,7 +84,7 @@ def test_a_process_whose_main_thread_is_a_zombie_is_alive_while_another_thread_r
         assert pid_alive(child.pid)  # its sleeping thread still runs
         # its command line is still read (from the live thread's /proc entry)
         assert runs_command(child.pid, ["-c", _HEADLESS])
-        terminate(child.pid, timeout_s=5)  # SIGTERM's default action ends it
+        terminate_all([(child.pid, None)], timeout_s=5)  # SIGTERM's default action ends it
         assert not pid_alive(child.pid)
         assert child.poll() is not None  # terminate reaped our child
     finally:
@@ -112,9 +112,9 @@ def test_terminate_leaves_alone_a_pid_that_runs_another_command() -> None:
     """A recorded pid now running something else (the kernel reused it) gets no signal."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
-        terminate(child.pid, timeout_s=0.2, args=["kafka.Kafka", "node-1/server.properties"])
+        terminate_all([(child.pid, ["kafka.Kafka", "node-1/server.properties"])], timeout_s=0.2)
         assert child.poll() is None and pid_alive(child.pid)
-        terminate(child.pid, timeout_s=5, args=["-c", "import time; time.sleep(600)"])
+        terminate_all([(child.pid, ["-c", "import time; time.sleep(600)"])], timeout_s=5)
         assert child.poll() is not None  # its own arguments: SIGTERMed, and reaped here
     finally:
         child.kill()
