@@ -224,7 +224,7 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
             changelog = prepared.opening.result()  # this producer has fenced older instances
             rewind_unfinished(cfg.checkpoint)  # a batch Spark recorded, the sinks did not
         except BaseException:
-            _close_once_open(prepared, preparing)
+            _wait_for_open(prepared, preparing)
             raise
     result = JobResult(cfg.query_id)
     bounded = None
@@ -273,7 +273,8 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
             with contextlib.suppress(Exception):
                 committer.wait()
         committer.close()
-        changelog.close()
+        with contextlib.suppress(Exception):  # a JVM that is gone keeps no producer
+            changelog.close(spark)
         # The staged history appends and the last batch's MERGE into latest (step 3d runs in
         # the background). When the run failed, its error is the one raised; the next start
         # writes the staged batches and redoes the MERGE.
@@ -395,7 +396,7 @@ def _prepare(cfg: JobConfig, pool: ThreadPoolExecutor,
         _recover_history(tables, cfg.query_id)
         _catch_up_latest(tables, cfg.query_id)
     except BaseException:
-        _close_once_open(_Prepared(tables, None, opening), None)
+        _wait_for_open(_Prepared(tables, None, opening), None)
         raise
     return _Prepared(tables, ends, opening)
 
@@ -435,9 +436,12 @@ def _catch_up_latest(tables: DeltaTables, query_id: str) -> None:
                     merged)
 
 
-def _close_once_open(prepared: _Prepared | None,
-                     preparing: Future[_Prepared] | None) -> None:
-    """Release the producer of a start that failed, once its open (and preparation) ended."""
+def _wait_for_open(prepared: _Prepared | None,
+                   preparing: Future[_Prepared] | None) -> None:
+    """Wait for a failed start's open (and preparation) to end: none is left running.
+
+    The open's own producers are closed by ``adopt``; no task has run yet, so no JVM keeps one.
+    """
     if prepared is None and preparing is not None:
         try:
             prepared = preparing.result()
@@ -445,7 +449,5 @@ def _close_once_open(prepared: _Prepared | None,
             return
     if prepared is None:
         return
-    try:
-        prepared.opening.result().close()
-    except Exception:  # noqa: BLE001 - the start-up step's error is the one to raise
-        return
+    with contextlib.suppress(Exception):  # the start-up step's error is the one to raise
+        prepared.opening.result()

@@ -29,10 +29,9 @@ if TYPE_CHECKING:
 
     from sinks.delta_files import DataFile
 
-__all__ = ["BATCH_PROPERTY", "PRODUCER_DEFAULTS", "TASK_CRASH_POINTS", "HistoryTarget", "Stamps",
-           "TaskWriter",
-           "ZOMBIE", "batch_stamp", "set_batch", "settings", "task_crash_from_env", "write",
-           "zombie_error"]
+__all__ = ["BATCH_PROPERTY", "PRODUCER_DEFAULTS", "PRODUCER_IDLE_MS", "TASK_CRASH_POINTS",
+           "ZOMBIE", "HistoryTarget", "Stamps", "TaskWriter", "batch_stamp", "set_batch",
+           "settings", "task_crash_from_env", "write", "zombie_error"]
 
 BATCH_PROPERTY: Final = "revise.emittedAt"
 """The job property holding the running micro-batch's ``emitted_at_ms``."""
@@ -49,6 +48,10 @@ PRODUCER_DEFAULTS: Final[Mapping[str, str]] = {
     "max.block.ms": "60000",
 }
 """revise's tuning of the tasks' Java producers (the user's settings win)."""
+
+PRODUCER_IDLE_MS: Final = 300_000
+"""An executor closes a kept producer or progress reader unused for this long (the driver
+closes its own JVM's when the query stops: :meth:`TaskWriter.close`)."""
 
 STAMPS_KEPT: Final = 8
 """Batches whose ``emitted_at_ms`` the checkpoint keeps (a replay is of one of the last)."""
@@ -103,19 +106,20 @@ def _read(path: Path) -> dict[int, int]:
 def settings(*, query_id: str, batch_id: int, epoch: int, emitted_at_ms: int,
              progress_topic: str, topics: Mapping[str, str | None],
              java_conf: Mapping[str, str], transactional: bool = True,
-             crash: str | None = None) -> str:
+             crash: str | None = None, idle_ms: int = PRODUCER_IDLE_MS) -> str:
     """The JSON every task of the batch is given (``TaskChangelog.write``'s ``settings``).
 
     ``topics``: the topic of each of :data:`~revise.spark.output.MESSAGE_KINDS` (None: not
     written); ``java_conf``: the user's Java client settings, with the bootstrap address;
-    ``crash``: a test's crash point in the tasks (``point:batch:partition``).
+    ``crash``: a test's crash point in the tasks (``point:batch:partition``); ``idle_ms``: how
+    long the executors keep an unused producer.
     """
     producer = {**PRODUCER_DEFAULTS, **java_conf}
     return json.dumps({
         "query_id": query_id, "batch_id": batch_id, "epoch": epoch,
         "emitted_at_ms": emitted_at_ms, "progress_topic": progress_topic,
         "topics": [topics.get(k) for k in MESSAGE_KINDS], "transactional": transactional,
-        "producer": producer, "consumer": dict(java_conf), "crash": crash,
+        "producer": producer, "consumer": dict(java_conf), "crash": crash, "idle_ms": idle_ms,
     })
 
 
@@ -231,8 +235,14 @@ class TaskWriter:
                                consumer_config=consumer_conf)
         return self
 
-    def close(self) -> None:
-        """Nothing to release: the producers live in the executors."""
+    def close(self, spark: SparkSession) -> None:
+        """Close the query's producers and progress readers kept in the driver's JVM.
+
+        In local mode that is where the tasks ran; a cluster's executors close theirs once
+        unused for :data:`PRODUCER_IDLE_MS` (or when the application ends).
+        """
+        jvm: Any = spark._jvm
+        jvm.revise.jvm.TaskChangelog.release(self.query_id)
 
     def settings(self, batch_id: int, emitted_at_ms: int) -> str:
         """The JSON the batch's tasks get."""

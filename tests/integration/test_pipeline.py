@@ -55,6 +55,8 @@ def test_once_run_is_exactly_once_and_matches_the_oracle(case, job_setup, spark)
     assert spark.conf.get(NO_DATA_BATCHES) == "true", "the session's own setting changed"
     assert result.input_records >= len(stream)
     assert result.revisions == report.revisions
+    # The tasks' producers, in this JVM in local mode, were closed when the query stopped.
+    assert spark._jvm.revise.jvm.TaskChangelog.kept(setup.job_config().query_id) == 0
     # The input really exercised what is checked.
     assert report.windows > 10 and report.too_late > 0 and report.dead > 0
     if mode == "revision":

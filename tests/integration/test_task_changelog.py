@@ -11,6 +11,7 @@ other integration tests.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +20,14 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from revise.spark.task_output import ZOMBIE, settings, write, zombie_error
+from revise.spark.task_output import (
+    PRODUCER_IDLE_MS,
+    ZOMBIE,
+    TaskWriter,
+    settings,
+    write,
+    zombie_error,
+)
 from sinks.kafka import PROGRESS_TOPIC, read_committed
 from sinks.kafka.partitions import adopt, frame, group_id, read_progress, transactional_id
 
@@ -36,6 +44,7 @@ def job(spark: Any, kafka_bootstrap: str, new_topic: Callable[..., str],
     epoch = adopt(kafka_bootstrap, PROGRESS_TOPIC, query, PARTITIONS)
     yield {"spark": spark, "bootstrap": kafka_bootstrap, "topic": out, "query": query,
            "epoch": epoch}
+    spark._jvm.revise.jvm.TaskChangelog.release(query)
 
 
 def _batch(job: dict[str, Any], batch_id: int, keys: list[str]) -> Any:
@@ -52,14 +61,15 @@ def _batch(job: dict[str, Any], batch_id: int, keys: list[str]) -> Any:
 
 
 def _write(job: dict[str, Any], batch_id: int, keys: list[str], *, epoch: int | None = None,
-           transactional: bool = True, client: dict[str, str] | None = None) -> list[dict]:
+           transactional: bool = True, client: dict[str, str] | None = None,
+           idle_ms: int = PRODUCER_IDLE_MS) -> list[dict]:
     """Run one batch through the writer; the tasks' reports, by partition."""
     task_settings = settings(
         query_id=job["query"], batch_id=batch_id,
         epoch=job["epoch"] if epoch is None else epoch, emitted_at_ms=1000 + batch_id,
         progress_topic=PROGRESS_TOPIC, topics={"revision": job["topic"]},
         java_conf={"bootstrap.servers": job["bootstrap"], **(client or {})},
-        transactional=transactional)
+        transactional=transactional, idle_ms=idle_ms)
     table = write(_batch(job, batch_id, keys), task_settings)
     kinds = table.column("kind").to_pylist()
     assert "open" in kinds and not any(k.startswith("msg:") for k in kinds)
@@ -139,3 +149,30 @@ def test_at_least_once_writes_without_progress(job):
     assert _values(job) == Counter({f"{k}@0": 2 for k in keys})
     progress = read_progress(job["bootstrap"], PROGRESS_TOPIC, job["query"], PARTITIONS)
     assert [p.batch for p in progress] == [-1, -1]
+
+
+def _kept(job: dict[str, Any]) -> int:
+    """The producers and progress readers of the job's query that the JVM keeps."""
+    return int(job["spark"]._jvm.revise.jvm.TaskChangelog.kept(job["query"]))
+
+
+def test_a_stopped_query_and_an_idle_one_keep_no_producer(job):
+    keys = [f"k{i}" for i in range(10)]
+    _write(job, 0, keys)
+    assert _kept(job) == PARTITIONS + 1  # a producer per partition, the progress reader
+    writer = TaskWriter(query_id=job["query"], progress_topic=PROGRESS_TOPIC,
+                        topics={"revision": job["topic"]}, partitions=PARTITIONS,
+                        java_conf={"bootstrap.servers": job["bootstrap"]})
+    writer.close(job["spark"])  # what the driver does when the query stops
+    assert _kept(job) == 0
+    # Unused for longer than idle_ms, the executors close them themselves.
+    _write(job, 1, keys, idle_ms=500)
+    assert _kept(job) == PARTITIONS + 1
+    deadline = time.monotonic() + 15
+    while _kept(job) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _kept(job) == 0
+    # A new producer reads the progress: a replay is skipped, the next batch lands once.
+    assert all(r["skipped"] for r in _write(job, 1, keys))
+    _write(job, 2, keys)
+    assert _values(job) == Counter(f"{k}@{b}" for b in range(3) for k in keys)

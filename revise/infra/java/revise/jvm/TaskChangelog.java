@@ -58,6 +58,11 @@ import org.apache.spark.sql.RowFactory;
  * partition retried, which reads the progress again. The job's epoch ({@code
  * revise.spark.task_output.adopt}, at the job's start: every partition's progress rewritten
  * with it) stops a zombie job: progress written under a higher epoch fails the task.
+ *
+ * <p>A kept producer or progress reader is closed when its query stops ({@link #release}, called
+ * by the driver: in local mode its JVM is the executor) or, on an executor the driver cannot
+ * reach, once it has been unused for the settings' {@code idle_ms}; the next batch of its
+ * partition opens a new one, which reads the progress again.
  */
 public final class TaskChangelog {
   private TaskChangelog() {}
@@ -66,8 +71,23 @@ public final class TaskChangelog {
   private static final Map<String, Slot> PRODUCERS = new ConcurrentHashMap<>();
 
   /** Progress readers of this executor, by group and settings (used under their own lock). */
-  private static final Map<String, KafkaConsumer<byte[], byte[]>> READERS =
-      new ConcurrentHashMap<>();
+  private static final Map<String, Reader> READERS = new ConcurrentHashMap<>();
+
+  /** How long a kept producer or reader may stay unused before it is closed (nanoseconds). */
+  private static volatile long idleNanos = Duration.ofMinutes(5).toNanos();
+
+  /** Closes what has been idle too long, once a second (a daemon thread, from the class's load). */
+  private static final java.util.concurrent.ScheduledExecutorService REAPER =
+      java.util.concurrent.Executors.newSingleThreadScheduledExecutor(r -> {
+        Thread t = new Thread(r, "revise-changelog-reaper");
+        t.setDaemon(true);
+        return t;
+      });
+
+  static {
+    REAPER.scheduleWithFixedDelay(() -> close(null, idleNanos),
+        1, 1, java.util.concurrent.TimeUnit.SECONDS);
+  }
 
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final int ATTEMPTS = 3;
@@ -174,16 +194,93 @@ public final class TaskChangelog {
 
   /** One partition's producer and what it knows of the partition's progress. */
   static final class Slot {
+    final String query;
     final KafkaProducer<byte[], byte[]> producer;
     long lastBatch;
     long epoch;
     boolean open;
+    /** Closed by {@link #close}: whoever holds it takes a new one from {@link #PRODUCERS}. */
+    boolean closed;
+    long usedAt = System.nanoTime();
 
-    Slot(KafkaProducer<byte[], byte[]> producer, long lastBatch, long epoch) {
+    Slot(String query, KafkaProducer<byte[], byte[]> producer, long lastBatch, long epoch) {
+      this.query = query;
       this.producer = producer;
       this.lastBatch = lastBatch;
       this.epoch = epoch;
     }
+  }
+
+  /** A progress reader of one query's group. */
+  static final class Reader {
+    final String query;
+    final KafkaConsumer<byte[], byte[]> consumer;
+    boolean closed;
+    long usedAt = System.nanoTime();
+
+    Reader(String query, KafkaConsumer<byte[], byte[]> consumer) {
+      this.query = query;
+      this.consumer = consumer;
+    }
+  }
+
+  /**
+   * Close this JVM's producers and progress readers of {@code query} (the driver, when the query
+   * stops; in local mode the executor's are the driver's JVM's).
+   *
+   * @return how many were closed
+   */
+  public static int release(String query) {
+    return close(query, -1L);
+  }
+
+  /** How many producers and readers of {@code query} this JVM keeps (tests). */
+  public static int kept(String query) {
+    int n = 0;
+    for (Slot slot : PRODUCERS.values()) {
+      n += slot.query.equals(query) ? 1 : 0;
+    }
+    for (Reader reader : READERS.values()) {
+      n += reader.query.equals(query) ? 1 : 0;
+    }
+    return n;
+  }
+
+  /**
+   * Close the producers and readers of {@code query} (null: any) unused for more than {@code
+   * idle} nanoseconds (negative: every one).
+   */
+  private static int close(String query, long idle) {
+    long now = System.nanoTime();
+    int n = 0;
+    for (Map.Entry<String, Slot> e : PRODUCERS.entrySet()) {
+      Slot slot = e.getValue();
+      synchronized (slot) {
+        boolean mine = query == null || slot.query.equals(query);
+        if (mine && !slot.closed && (idle < 0 || now - slot.usedAt > idle)) {
+          // A transaction left open is aborted by the next initTransactions of its id.
+          drop(e.getKey(), slot);
+          n++;
+        }
+      }
+    }
+    for (Map.Entry<String, Reader> e : READERS.entrySet()) {
+      Reader reader = e.getValue();
+      synchronized (reader) {
+        boolean mine = query == null || reader.query.equals(query);
+        if (mine && !reader.closed && (idle < 0 || now - reader.usedAt > idle)) {
+          READERS.remove(e.getKey(), reader);
+          reader.closed = true;
+          try {
+            reader.consumer.close(Duration.ZERO);
+          } catch (RuntimeException ignored) {
+            // nothing more to do
+          }
+          n++;
+        }
+      }
+    }
+    return n;
   }
 
   /** Thrown when a newer instance of the query has taken the partition over. */
@@ -206,6 +303,9 @@ public final class TaskChangelog {
     @Override
     public Iterator<Row> call(Iterator<Row> rows) throws Exception {
       JsonNode s = JSON.readTree(settings);
+      if (s.hasNonNull("idle_ms")) {
+        idleNanos = s.get("idle_ms").asLong() * 1_000_000L;
+      }
       TaskContext ctx = TaskContext.get();
       int partition = ctx.partitionId();
       List<Row> passed = new ArrayList<>();
@@ -259,6 +359,10 @@ public final class TaskChangelog {
     for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
       Slot slot = PRODUCERS.computeIfAbsent(key, k -> open(s, id, partition));
       synchronized (slot) {
+        if (slot.closed) {
+          continue;  // closed while idle between the lookup and the lock: take a new one
+        }
+        slot.usedAt = System.nanoTime();
         if (slot.epoch > epoch) {
           throw zombie(query, partition, slot.epoch, epoch);
         }
@@ -286,6 +390,7 @@ public final class TaskChangelog {
           slot.open = false;
           slot.lastBatch = batch;
           slot.epoch = epoch;
+          slot.usedAt = System.nanoTime();
           crash(s, "after_partition_commit", partition);
           return false;
         } catch (ProducerFencedException | InvalidProducerEpochException e) {
@@ -309,15 +414,26 @@ public final class TaskChangelog {
 
   /** At-least-once: the messages through a plain idempotent producer, flushed; no progress. */
   static void sendPlain(JsonNode s, Messages messages) {
-    String key = "plain\u0000" + s.get("producer").toString();
-    Slot slot = PRODUCERS.computeIfAbsent(key, k -> {
-      Properties p = properties(s.get("producer"));
-      p.remove("transaction.timeout.ms");
-      p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-      p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-      return new Slot(new KafkaProducer<>(p), -1L, -1L);
-    });
-    messages.sendAll(slot.producer);
+    String query = s.get("query_id").asText();
+    String key = "plain\u0000" + query + "\u0000" + s.get("producer").toString();
+    while (true) {
+      Slot slot = PRODUCERS.computeIfAbsent(key, k -> {
+        Properties p = properties(s.get("producer"));
+        p.remove("transaction.timeout.ms");
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        return new Slot(query, new KafkaProducer<>(p), -1L, -1L);
+      });
+      synchronized (slot) {
+        if (slot.closed) {
+          continue;
+        }
+        slot.usedAt = System.nanoTime();
+        messages.sendAll(slot.producer);
+        slot.usedAt = System.nanoTime();
+        return;
+      }
+    }
   }
 
   private static final java.util.concurrent.atomic.AtomicBoolean CRASHED =
@@ -361,6 +477,7 @@ public final class TaskChangelog {
 
   private static void drop(String key, Slot slot) {
     PRODUCERS.remove(key, slot);
+    slot.closed = true;
     try {
       slot.producer.close(Duration.ZERO);
     } catch (RuntimeException ignored) {
@@ -377,7 +494,7 @@ public final class TaskChangelog {
     try {
       producer.initTransactions();
       long[] progress = progress(s, partition);
-      return new Slot(producer, progress[0], progress[1]);
+      return new Slot(s.get("query_id").asText(), producer, progress[0], progress[1]);
     } catch (RuntimeException e) {
       producer.close(Duration.ZERO);
       throw e;
@@ -386,22 +503,23 @@ public final class TaskChangelog {
 
   /** {@code {last committed batch (-1: none), its epoch (-1: none)}} of {@code partition}. */
   static long[] progress(JsonNode s, int partition) {
-    String group = "revise-" + s.get("query_id").asText();
+    String query = s.get("query_id").asText();
+    String group = "revise-" + query;
     String key = group + "\u0000" + s.get("consumer").toString();
-    KafkaConsumer<byte[], byte[]> reader = READERS.computeIfAbsent(key, k -> {
-      Properties p = properties(s.get("consumer"));
-      p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-      p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-      p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
-      p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-      p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
-          ByteArrayDeserializer.class.getName());
-      return new KafkaConsumer<>(p);
-    });
     TopicPartition tp = new TopicPartition(s.get("progress_topic").asText(), partition);
     OffsetAndMetadata committed;
-    synchronized (reader) {
-      committed = reader.committed(Collections.singleton(tp), Duration.ofSeconds(60)).get(tp);
+    while (true) {
+      Reader reader = READERS.computeIfAbsent(key, k -> new Reader(query, consumer(s, group)));
+      synchronized (reader) {
+        if (reader.closed) {
+          continue;
+        }
+        reader.usedAt = System.nanoTime();
+        committed = reader.consumer.committed(Collections.singleton(tp), Duration.ofSeconds(60))
+            .get(tp);
+        reader.usedAt = System.nanoTime();
+        break;
+      }
     }
     if (committed == null) {
       return new long[] {-1L, -1L};
@@ -416,6 +534,16 @@ public final class TaskChangelog {
       }
     }
     return new long[] {committed.offset() - 1, epoch};
+  }
+
+  private static KafkaConsumer<byte[], byte[]> consumer(JsonNode s, String group) {
+    Properties p = properties(s.get("consumer"));
+    p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+    p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+    p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+    p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+    p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+    return new KafkaConsumer<>(p);
   }
 
   private static Properties properties(JsonNode node) {
