@@ -8,6 +8,10 @@ memory), one after the other on the same input:
 - ``revision-plain``: the same with a plain (non-transactional, at-least-once) producer;
 - ``revision-overlap``: ``revision-eos`` with ``--overlap-commit`` (a batch's Delta commits
   run while Spark computes the next batch; not in the default set);
+- ``revision-noop``: ``revision-eos`` with its output switched off (``JobConfig.dry_run``:
+  the same engine, counts and commits, but no Kafka message or transaction and no Delta file
+  or commit; not in the default set): ``revision-eos`` ÷ ``revision-noop`` is the output's
+  own cost;
 - ``watermark-eos``: watermark mode, exactly-once;
 - ``spark-native``: Spark's own windowed aggregation (update mode, noop sink, same topic and
   micro-batch size, watermark delay = grace, RocksDB state store), the peer;
@@ -54,7 +58,7 @@ from revise.kafka import SPARK_SOURCE_DEFAULTS
 __all__ = ["main"]
 
 VARIANTS = ("revision-eos", "revision-plain", "watermark-eos", "spark-native")
-ALL_VARIANTS = (*VARIANTS, "revision-overlap", "spark-native-kafka")
+ALL_VARIANTS = (*VARIANTS, "revision-noop", "revision-overlap", "spark-native-kafka")
 
 
 class PeakRss:
@@ -186,6 +190,7 @@ def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[
         once=True,
         spark=SparkTuning(max_records_per_batch=args.batch, shards=args.shards,
                           overlap_commit=args.variant == "revision-overlap"),
+        dry_run=args.variant == "revision-noop",
     )
     t0 = time.monotonic()
     result = run_job(cfg, spark=spark)
@@ -421,13 +426,16 @@ BASELINE_SUFFIX = "@base"
 def _pairs(variants: list[str]) -> list[tuple[str, str]]:
     """The (ours, peer) pairs whose throughput ratio is printed.
 
-    Revise against Spark native, and a variant against its ``@base`` run.
+    Revise against Spark native, ``revision-eos`` against ``revision-overlap`` and
+    ``revision-noop`` (its throughput ÷ ``revision-eos``'s is how much the output slows the
+    job), and a variant against its ``@base`` run.
     """
     pairs: list[tuple[str, str]] = [(ours, peer) for peer in ("spark-native", "spark-native-kafka")
              for ours in ("revision-eos", "revision-overlap", "watermark-eos")
              if ours in variants and peer in variants]
-    if "revision-overlap" in variants and "revision-eos" in variants:
-        pairs.append(("revision-overlap", "revision-eos"))
+    for other in ("revision-overlap", "revision-noop"):  # noop ÷ eos: what the output costs
+        if other in variants and "revision-eos" in variants:
+            pairs.append((other, "revision-eos"))
     pairs += [(v, v + BASELINE_SUFFIX) for v in variants if v + BASELINE_SUFFIX in variants]
     return pairs
 

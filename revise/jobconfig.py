@@ -25,7 +25,8 @@ from revise.records import revision_schema
 from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
-    "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "EMIT_POLICY_KEY",
+    "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "DRY_RUN_KEY",
+    "EMIT_POLICY_KEY",
     "OUTPUT_LAYOUT", "OUTPUT_LAYOUT_KEY", "STATE_LAYOUT", "STATE_LAYOUT_KEY", "DeltaOutput",
     "InputFields", "JobConfig", "KafkaIO", "SparkTuning", "StartingOffsets",
     "check_state_layout", "parse_ts_format",
@@ -48,6 +49,7 @@ with its progress in the group ``revise-<query_id>``'s committed offsets
 it was written by a revise whose driver wrote one transaction per micro-batch, whose progress
 this version does not read (:func:`check_state_layout`)."""
 EMIT_POLICY_KEY = "emit_policy"
+DRY_RUN_KEY = "dry_run"
 """Recorded as ``on`` in a checkpoint's fingerprint when the job has an emit policy
 (``--emit-min-change`` / ``--emit-every``: its state keeps last emitted revisions); absent
 otherwise, so checkpoints from before the options restart unchanged."""
@@ -278,6 +280,10 @@ class JobConfig:
         once: Process what is in the topic at start, close every window, stop.
         metrics_port: Serve the job's Prometheus metrics at ``/metrics`` on this TCP port
             (``--metrics-port``, ``revise.ops.metrics``, docs/OPERATIONS.md); None: none.
+        dry_run: Compute every revision and write none: no Kafka message or transaction, no
+            Delta file or commit; the run's counts say what it would have written. What the
+            job costs without its output (``benchmarks.bench_job``'s ``revision-noop``). Its
+            checkpoint records it: a run that writes cannot continue from it.
 
     Example:
         >>> cfg = JobConfig(
@@ -296,6 +302,7 @@ class JobConfig:
     input: InputFields = field(default_factory=InputFields)
     once: bool = False
     metrics_port: int | None = None
+    dry_run: bool = False
 
     def __post_init__(self) -> None:
         _required(self.checkpoint, "checkpoint")
@@ -371,7 +378,8 @@ class JobConfig:
         :func:`check_state_layout`). The ``FN(FIELD)`` form
         records the whole ``--aggs`` text and a non-default ``--ts-format`` is recorded under
         its own key. An emit policy (``--emit-min-change`` / ``--emit-every``) is recorded as
-        ``emit_policy: on``, without its thresholds: those may change on a restart.
+        ``emit_policy: on``, without its thresholds: those may change on a restart. A dry run
+        is recorded as ``dry_run: true``.
         """
         e = self.engine
         aggs = e.aggs
@@ -392,4 +400,6 @@ class JobConfig:
         out[OUTPUT_LAYOUT_KEY] = OUTPUT_LAYOUT
         if e.emit_policy is not None:  # the state keeps last emitted revisions; not the values
             out[EMIT_POLICY_KEY] = "on"
+        if self.dry_run:  # its progress is not the output's: nothing was written
+            out[DRY_RUN_KEY] = True
         return out

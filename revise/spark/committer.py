@@ -345,7 +345,7 @@ class BatchCommitter:
         kafka_s = sum(float(r.get("seconds", 0.0)) for r in out.reports)
         writers = [r for r in out.reports if r.get("messages")]  # tasks with messages
         skipped = bool(writers) and all(r.get("skipped") for r in writers)
-        if out.empty:
+        if out.empty or self.cfg.dry_run:  # a dry run's tasks wrote no file to commit
             self._account(batch_id, out, None, t0, kafka_s)
             self._steps(batch_id, collect_s, kafka_s, 0.0)
             self._tell(batch_id, out, written=False)

@@ -45,6 +45,7 @@ from revise.checkpoint import (
 )
 from revise.errors import ConfigError
 from revise.jobconfig import (
+    DRY_RUN_KEY,
     EMIT_POLICY_KEY,
     JobConfig,
     check_state_layout,
@@ -87,8 +88,8 @@ def _check_checkpoint(cfg: JobConfig) -> None:
     want = cfg.fingerprint()
     have = checkpoint_fingerprint(cfg.checkpoint)
     if have is not None:
-        # recorded only when on: a policy turned off differs too
-        keys = [*want, *([EMIT_POLICY_KEY] if EMIT_POLICY_KEY not in want else [])]
+        # recorded only when on: one turned off differs too
+        keys = [*want, *(k for k in (EMIT_POLICY_KEY, DRY_RUN_KEY) if k not in want)]
         diff = {k: (have.get(k), want.get(k)) for k in keys if have.get(k) != want.get(k)}
         if diff:
             lines = ", ".join(
@@ -410,7 +411,9 @@ def _changelog(cfg: JobConfig) -> Callable[[], TaskWriter]:
                 "dead": cfg.kafka.dead_letter_topic},
         partitions=max(cfg.spark.shards, cfg.spark.shuffle_partitions or 0,
                        recorded_shuffle_partitions(cfg.checkpoint) or 0),
-        java_conf=kafka.java_conf(), transactional=cfg.kafka.transactional,
+        java_conf=kafka.java_conf(),
+        # a dry run writes nothing, so it takes no partition over (a live job keeps its own)
+        transactional=cfg.kafka.transactional and not cfg.dry_run,
         crash=task_crash_from_env())
     return lambda: writer.open(cfg.kafka.bootstrap_servers, kafka.producer_conf(),
                                kafka.consumer_conf())

@@ -38,6 +38,7 @@ __all__ = [
     "MESSAGE_KINDS",
     "OPEN_KIND",
     "REPORT_KIND",
+    "NO_MESSAGES",
     "REVISIONS_ONLY",
     "BatchCounts",
     "BatchOutput",
@@ -70,20 +71,22 @@ FILE_KIND: Final = "file:"
 class MessageKinds:
     """Which record kinds the tasks write to Kafka.
 
-    Revisions always; too-late records and dead letters when a topic takes them
-    (``--late-topic``, ``--dead-letter-topic``).
+    Revisions (but for a dry run, ``JobConfig.dry_run``); too-late records and dead letters
+    when a topic takes them (``--late-topic``, ``--dead-letter-topic``).
     """
 
     late: bool = False
     dead: bool = False
+    revisions: bool = True
 
     def wants(self, kind: str) -> bool:
         """Whether ``kind`` (one of :data:`MESSAGE_KINDS`) goes to Kafka."""
-        return kind == "revision" or (kind == "late" and self.late) or (
+        return (kind == "revision" and self.revisions) or (kind == "late" and self.late) or (
             kind == "dead" and self.dead)
 
 
 REVISIONS_ONLY: Final = MessageKinds()
+NO_MESSAGES: Final = MessageKinds(revisions=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from revise.spark.operator import (
     InputColumns,
     ShardProcessor,
 )
-from revise.spark.output import MessageKinds, output_type
+from revise.spark.output import NO_MESSAGES, MessageKinds, output_type
 from revise.spark.task_output import HistoryTarget
 
 if TYPE_CHECKING:
@@ -107,12 +107,13 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         .withWatermark("event_time", f"{cfg.engine.watermark_delay_ms} milliseconds")
     )
     shards = _keep_late_rows(events, cfg.engine.watermark_delay_ms).groupBy("shard")
+    messages = NO_MESSAGES if cfg.dry_run else MessageKinds(
+        late=cfg.kafka.late_topic is not None, dead=cfg.kafka.dead_letter_topic is not None)
+    history = None if cfg.dry_run else HistoryTarget(cfg.delta.path, None, cfg.query_id,
+                                                      cfg.revision_schema)
     processor = ShardProcessor(cfg.engine, cfg.kafka.input_topic, fields,
                                token=f"{cfg.query_id}@{cfg.checkpoint}",
-                               messages=MessageKinds(late=cfg.kafka.late_topic is not None,
-                                                     dead=cfg.kafka.dead_letter_topic is not None),
-                               history=HistoryTarget(cfg.delta.path, None, cfg.query_id,
-                                                     cfg.revision_schema))
+                               messages=messages, history=history)
     return shards.transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=output_type(), outputMode="Update",
         timeMode="EventTime",

@@ -8,6 +8,7 @@ micro-batches of input, the last of which also closes every window) on the sessi
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections import defaultdict
@@ -16,8 +17,10 @@ from pathlib import Path
 import pytest
 from integration_support import REPO, check_run, read_delta, spark_batches
 
+from revise.errors import ConfigError
 from revise.generate import GeneratorConfig, generate, produce
 from revise.spark.driver import NO_DATA_BATCHES, run_job
+from sinks.kafka import read_committed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta]
 
@@ -66,6 +69,30 @@ def test_once_run_is_exactly_once_and_matches_the_oracle(case, job_setup, spark)
         assert report.revisions == report.windows
     if window.startswith("session"):
         assert report.retracted > 0, "no session merge or extension happened"
+
+
+def test_a_dry_run_counts_what_the_job_writes_and_writes_nothing(job_setup, spark):
+    setup = job_setup("dry", max_records_per_batch=400)
+    stream = generate(GeneratorConfig(events=800, keys=8, seed=5, disorder_ms=2_000,
+                                      late_fraction=0.05, late_by_ms=3_000, bad_fraction=0.04))
+    produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
+
+    dry = run_job(dataclasses.replace(setup.job_config(), dry_run=True), spark=spark,
+                  timeout_s=400)
+
+    assert dry.revisions > 0 and dry.late > 0 and dry.dead_letters > 0
+    for topic in (setup.changelog_topic, setup.late_topic, setup.dead_letter_topic):
+        assert read_committed(setup.bootstrap, topic) == [], topic
+    assert not list(Path(setup.delta_path).rglob("*.parquet"))
+    # Its checkpoint's progress is not the output's: a run that writes refuses it ...
+    with pytest.raises(ConfigError, match="dry_run"):
+        run_job(setup.job_config(), spark=spark, timeout_s=120)
+    # ... and from a checkpoint of its own writes exactly what the dry run counted.
+    real_setup = dataclasses.replace(setup, checkpoint=str(setup.workdir / "real-checkpoint"))
+    real = run_job(real_setup.job_config(), spark=spark, timeout_s=400)
+    assert (real.revisions, real.late, real.dead_letters) == (
+        dry.revisions, dry.late, dry.dead_letters)
+    assert check_run(real_setup).revisions == real.revisions
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
