@@ -38,10 +38,22 @@ from sinks.kafka.changelog_config import DEFAULT_PRODUCER_CONFIG
 from sinks.kafka.errors import ChangelogError, kafka_error
 from sinks.kafka.logs import client_conf, client_logging
 
-__all__ = ["PartitionProgress", "adopt", "ensure_progress_partitions", "frame", "group_id",
-           "last_committed", "read_progress", "transactional_id"]
+__all__ = ["ADOPT_ATTEMPTS", "PartitionProgress", "adopt", "ensure_progress_partitions", "frame",
+           "group_id", "last_committed", "read_progress", "transactional_id"]
 
 _TIMEOUT_S: Final = 60.0
+
+ADOPT_ATTEMPTS: Final = 5
+"""Times :func:`adopt` takes a partition over while a live zombie's retries fence it."""
+
+_FENCED_CODES: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                  KafkaError.INVALID_PRODUCER_EPOCH})
+
+
+def _fenced(exc: KafkaException) -> bool:
+    """Whether ``exc`` says another producer took this one's ``transactional.id``."""
+    err = kafka_error(exc)
+    return err is not None and err.code() in _FENCED_CODES
 _LEN = struct.Struct(">i")
 
 
@@ -220,8 +232,14 @@ def adopt(bootstrap_servers: str, topic: str, query_id: str, partitions: int, *,
     each partition recommits it unchanged but for the epoch: one more than the highest
     recorded, which is returned and which the job's tasks carry.
 
+    A zombie task still running retries when it is fenced, and its new ``init_transactions``
+    fences this one in turn; the partition is then fenced again and its progress read again
+    (the zombie may have committed a batch meanwhile), up to :data:`ADOPT_ATTEMPTS` times:
+    a zombie's task gives up after three (``TaskChangelog.ATTEMPTS``), or stops at once once
+    it reads the new epoch.
+
     Raises:
-        ChangelogError: a partition could not be taken over.
+        ChangelogError: a partition could not be taken over (or a newer instance took it).
     """
     ensure_progress_partitions(bootstrap_servers, topic, partitions,
                                client_config=producer_config, timeout_s=timeout_s)
@@ -251,19 +269,30 @@ def adopt(bootstrap_servers: str, topic: str, query_id: str, partitions: int, *,
         epoch = max((p.epoch for p in before), default=-1) + 1
 
         def take(progress: PartitionProgress) -> None:
-            producer = producers[progress.partition]
-            ours = PartitionProgress(progress.partition, progress.batch, epoch,
-                                     progress.emitted_at_ms)
-            try:
-                producer.begin_transaction()
-                producer.send_offsets_to_transaction(
-                    [TopicPartition(topic, ours.partition, ours.batch + 1, ours.metadata())],
-                    meta, timeout_s)
-                producer.commit_transaction(timeout_s)
-            except KafkaException as e:
-                msg = (f"cannot take over partition {progress.partition} of query "
-                       f"{query_id!r}: {kafka_error(e) or e}")
-                raise ChangelogError(msg) from e
+            p = progress.partition
+            for attempt in range(1, ADOPT_ATTEMPTS + 1):
+                ours = PartitionProgress(p, progress.batch, epoch, progress.emitted_at_ms)
+                producer = producers[p]
+                try:
+                    producer.begin_transaction()
+                    producer.send_offsets_to_transaction(
+                        [TopicPartition(topic, p, ours.batch + 1, ours.metadata())], meta,
+                        timeout_s)
+                    producer.commit_transaction(timeout_s)
+                    return
+                except KafkaException as e:
+                    if not _fenced(e) or attempt == ADOPT_ATTEMPTS:
+                        msg = (f"cannot take over partition {p} of query {query_id!r}: "
+                               f"{kafka_error(e) or e}")
+                        raise ChangelogError(msg) from e
+                producers[p] = fence(p)  # fenced by a zombie's retry: fence it again
+                progress = read_progress(bootstrap_servers, topic, query_id, partitions,
+                                         client_config=consumer_config, timeout_s=timeout_s)[p]
+                if progress.epoch >= epoch:
+                    msg = (f"cannot take over partition {p} of query {query_id!r}: another "
+                           f"instance took it over under epoch {progress.epoch}; run only one "
+                           "job per query id")
+                    raise ChangelogError(msg)
 
         list(pool.map(take, before))
     return epoch

@@ -28,7 +28,7 @@ from revise.spark.task_output import (
     write,
     zombie_error,
 )
-from sinks.kafka import PROGRESS_TOPIC, read_committed
+from sinks.kafka import PROGRESS_TOPIC, partitions, read_committed
 from sinks.kafka.partitions import adopt, frame, group_id, read_progress, transactional_id
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -176,3 +176,36 @@ def test_a_stopped_query_and_an_idle_one_keep_no_producer(job):
     assert all(r["skipped"] for r in _write(job, 1, keys))
     _write(job, 2, keys)
     assert _values(job) == Counter(f"{k}@{b}" for b in range(3) for k in keys)
+
+
+def test_adopt_fences_again_a_zombie_that_retried_and_keeps_what_it_committed(job, monkeypatch):
+    keys = [f"k{i}" for i in range(10)]
+    _write(job, 0, keys)
+    real_read = partitions.read_progress
+    zombie_acted = []
+
+    def read_then_zombie(*args: Any, **kwargs: Any) -> Any:
+        got = real_read(*args, **kwargs)
+        if not zombie_acted:
+            # A task of the older instance, fenced by adopt, retries: its init_transactions
+            # fences adopt's producer of partition 0, and it commits batch 1 there first.
+            zombie_acted.append(True)
+            zombie = Producer({"bootstrap.servers": job["bootstrap"],
+                               "transactional.id": transactional_id(job["query"], 0)})
+            zombie.init_transactions(30)
+            zombie.begin_transaction()
+            meta = Consumer({"bootstrap.servers": job["bootstrap"],
+                             "group.id": group_id(job["query"])}).consumer_group_metadata()
+            zombie.send_offsets_to_transaction(
+                [TopicPartition(PROGRESS_TOPIC, 0, 2, json.dumps(
+                    {"epoch": job["epoch"], "batch": 1, "emitted_at_ms": 1001}))], meta, 30)
+            zombie.commit_transaction(30)
+        return got
+
+    monkeypatch.setattr(partitions, "read_progress", read_then_zombie)
+    newer = adopt(job["bootstrap"], PROGRESS_TOPIC, job["query"], PARTITIONS)
+
+    assert zombie_acted and newer == job["epoch"] + 1
+    progress = real_read(job["bootstrap"], PROGRESS_TOPIC, job["query"], PARTITIONS)
+    # partition 0 keeps the zombie's batch 1 (read again after the second fence), both newer
+    assert [(p.batch, p.epoch) for p in progress] == [(1, newer), (0, newer)]
