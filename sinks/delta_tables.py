@@ -74,7 +74,7 @@ from sinks.delta_layout import (
 from sinks.delta_schema import TABLE_PROPERTIES, DeltaSchemaError, arrow_schema
 from sinks.delta_txn import AfterWrite, DeltaRoot, DeltaWriteError, app_id
 from sinks.file_stage import FileStage
-from sinks.latest_merge import REST_RATIO, LatestTable
+from sinks.latest_merge import REST_RATIO, LatestTable, MergeRunner
 
 __all__ = [
     "AfterWrite",
@@ -346,6 +346,14 @@ class DeltaTables:
         if history_error is not None and raise_error:
             raise history_error
         return seconds
+
+    def run_latest_merges(self, runner: MergeRunner) -> None:
+        """Run the MERGEs into ``latest`` with ``runner`` from now on (default: here).
+
+        The job hands its Spark runner (``revise.spark.task_output.merge_on_executor``): each
+        MERGE a one-task Spark job, so it runs on an executor and the driver queues files.
+        """
+        self._latest.runner = runner
 
     def catch_up_latest(self, query_id: str) -> int:
         """Bring ``latest`` up to ``revisions`` for ``query_id``; the revisions merged.

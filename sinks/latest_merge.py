@@ -34,6 +34,11 @@ Trace (a MERGE takes 1 s, a micro-batch 1 s, rest ratio 3): batch 0 submitted at
 transaction per batch, :class:`sinks.delta_txn.DeltaRoot`), its merger, the compaction of its
 small files, and the catch-up from ``revisions`` that every job start runs
 (:meth:`LatestTable.catch_up`).
+
+Each MERGE is a :class:`MergeJob`, self-contained (the root, the schema, the ``revisions`` data
+files, the app transaction), run by the table's :data:`MergeRunner`: here by default
+(:func:`run_merge` on the table's root), and in the job as a one-task Spark job on an executor
+(``revise.spark.task_output.merge_on_executor``), so the driver only queues file records.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -59,7 +65,8 @@ if TYPE_CHECKING:
     from deltalake.transaction import CommitProperties
 
 __all__ = ["COMPACT_LATEST_EVERY", "MAX_PENDING_BATCHES", "MAX_PENDING_ROWS", "REST_RATIO",
-           "LatestMerger", "LatestTable", "MergeFailed", "highest_per_window"]
+           "LatestMerger", "LatestTable", "MergeFailed", "MergeJob", "MergeRunner",
+           "highest_per_window", "run_merge"]
 
 COMPACT_LATEST_EVERY: Final = 50
 """Compact ``latest``'s small files after this many MERGEs (each MERGE adds a few files)."""
@@ -81,6 +88,96 @@ each as Arrow); the backlog itself holds only the files' records."""
 Merge = Callable[[Sequence[DataFile], str, int], float]
 """``merge(files, app_id, batch_id)``: one idempotent MERGE of ``revisions`` data files; its
 seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class MergeJob:
+    """One MERGE of ``revisions`` data files into ``latest``, whole (a Spark task gets it pickled).
+
+    ``compact``: compact ``latest``'s small files after the MERGE, if it merged anything.
+    """
+
+    path: str
+    storage_options: dict[str, str] | None
+    schema: pa.Schema
+    files: tuple[DataFile, ...]
+    app_id: str
+    batch_id: int
+    compact: bool = False
+
+
+MergeRunner = Callable[[MergeJob], float]
+"""Runs a :class:`MergeJob` somewhere; the MERGE's seconds (0.0: the batch was in already)."""
+
+_ROOTS: dict[tuple[str, tuple[tuple[str, str], ...]], DeltaRoot] = {}
+"""This process's Delta roots, by path and options: a Spark worker runs MERGE after MERGE of
+one job, and keeps the table loaded between them (brought up to date, not read again)."""
+_ROOTS_LOCK = threading.Lock()
+
+
+def run_merge(job: MergeJob) -> float:
+    """Run ``job`` in this process (what the job's Spark task calls); its seconds."""
+    key = (job.path, tuple(sorted((job.storage_options or {}).items())))
+    with _ROOTS_LOCK:
+        root = _ROOTS.get(key)
+        if root is None:
+            root = _ROOTS[key] = DeltaRoot(job.path, job.storage_options)
+        return _merge(root, job)
+
+
+def _merge(root: DeltaRoot, job: MergeJob) -> float:
+    """Run ``job`` on ``root``: its seconds, reading the files included (0.0: merged before)."""
+    done = root.table("latest").transaction_version(job.app_id)
+    if done is not None and done >= job.batch_id:  # a replay: not even read
+        return 0.0
+    t0 = time.perf_counter()
+    rows = _read(root, job)
+    took = _merge_rows(root, job.schema, rows, job.app_id, job.batch_id)
+    if not took:
+        return 0.0
+    if job.compact:
+        root.table("latest").optimize.compact()
+    return time.perf_counter() - t0
+
+
+def _read(root: DeltaRoot, job: MergeJob) -> pa.Table:
+    """The rows of the job's ``revisions`` data files (written, maybe not committed yet)."""
+    return read_data_files(root.table_path("revisions"), job.files, job.schema,
+                           storage_options=root.storage_options)
+
+
+def _merge_rows(root: DeltaRoot, schema: pa.Schema, revisions: pa.Table, app_id: str,
+                batch_id: int) -> float:
+    """MERGE ``revisions`` into ``latest`` as ``(app_id, batch_id)``; its seconds.
+
+    Keeps only the highest revision per window first: a higher retracted revision deletes
+    the row, a higher one replaces it, a new window is inserted unless retracted; equal or
+    lower revisions change nothing.
+    """
+    if revisions.num_rows == 0:
+        return 0.0
+    source = highest_per_window(conform(revisions, schema))
+    starts = source.column("window_start_ms")
+    lo, hi = pc.min(starts).as_py(), pc.max(starts).as_py()
+    # The range bound lets delta-rs skip files of windows this batch cannot touch.
+    on = " AND ".join(f"t.{c} = s.{c}" for c in LATEST_KEY) + (
+        f" AND t.window_start_ms >= {int(lo)} AND t.window_start_ms <= {int(hi)}"
+    )
+
+    def write(target: RustDeltaTable, props: CommitProperties, _done: int | None) -> bool:
+        (
+            target.merge(
+                source, predicate=on, source_alias="s", target_alias="t",
+                commit_properties=props,
+            )
+            .when_matched_delete(predicate="s.revision > t.revision AND s.retracted")
+            .when_matched_update_all(predicate="s.revision > t.revision")
+            .when_not_matched_insert_all(predicate="NOT s.retracted")
+            .execute()
+        )
+        return True
+
+    return root.write_once("latest", app_id, batch_id, write)
 
 
 class MergeFailed(ReviseError, RuntimeError):
@@ -285,6 +382,8 @@ class LatestTable:
         self._schema = revision_schema
         self._after_write = after_write
         self._merges = 0
+        self.runner: MergeRunner = partial(_merge, root)
+        """Where the MERGEs of :meth:`merge_files` run (default: here, on this root)."""
         self._merger = LatestMerger(self._merge_deferred, rest_ratio=rest_ratio,
                                     min_rest_s=min_rest_s)
 
@@ -294,55 +393,30 @@ class LatestTable:
         return self._merger.merges
 
     def merge(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:
-        """MERGE ``revisions`` into ``latest`` as ``(app_id, batch_id)``; its seconds.
+        """MERGE ``revisions`` into ``latest`` as ``(app_id, batch_id)``, here; its seconds.
 
         Keeps only the highest revision per window first: a higher retracted revision deletes
         the row, a higher one replaces it, a new window is inserted unless retracted; equal or
-        lower revisions change nothing. Every :data:`COMPACT_LATEST_EVERY` MERGEs compact the
-        table's small files.
+        lower revisions change nothing.
         """
-        if revisions.num_rows == 0:
-            return 0.0
-        source = highest_per_window(conform(revisions, self._schema))
-        starts = source.column("window_start_ms")
-        lo, hi = pc.min(starts).as_py(), pc.max(starts).as_py()
-        # The range bound lets delta-rs skip files of windows this batch cannot touch.
-        on = " AND ".join(f"t.{c} = s.{c}" for c in LATEST_KEY) + (
-            f" AND t.window_start_ms >= {int(lo)} AND t.window_start_ms <= {int(hi)}"
-        )
-
-        def write(target: RustDeltaTable, props: CommitProperties, _done: int | None) -> bool:
-            (
-                target.merge(
-                    source, predicate=on, source_alias="s", target_alias="t",
-                    commit_properties=props,
-                )
-                .when_matched_delete(predicate="s.revision > t.revision AND s.retracted")
-                .when_matched_update_all(predicate="s.revision > t.revision")
-                .when_not_matched_insert_all(predicate="NOT s.retracted")
-                .execute()
-            )
-            return True
-
-        took = self._root.write_once("latest", app_id, batch_id, write)
-        if took:
-            self._merges += 1
-            if self._merges % COMPACT_LATEST_EVERY == 0:
-                self._root.table("latest").optimize.compact()
-        return took
+        return _merge_rows(self._root, self._schema, revisions, app_id, batch_id)
 
     def merge_files(self, files: Sequence[DataFile], app_id: str, batch_id: int) -> float:
-        """:meth:`merge` of the rows of ``revisions`` data files (written, maybe not committed).
+        """:meth:`merge` of the rows of ``revisions`` data files, run by :attr:`runner`.
 
-        The rows are read here, from the files the tasks wrote, not handed over by the
-        caller: what a micro-batch brings to the driver is the files' records only.
+        The rows are read where the MERGE runs, from the files the tasks wrote: what a
+        micro-batch brings to the driver is the files' records only. Every
+        :data:`COMPACT_LATEST_EVERY` MERGEs compact the table's small files.
         """
         if not files:
             return 0.0
-        t0 = time.perf_counter()
-        rows = read_data_files(self._root.table_path("revisions"), files, self._schema,
-                               storage_options=self._root.storage_options)
-        return time.perf_counter() - t0 + self.merge(rows, app_id, batch_id)
+        job = MergeJob(self._root.path, self._root.storage_options, self._schema, tuple(files),
+                       app_id, batch_id,
+                       compact=(self._merges + 1) % COMPACT_LATEST_EVERY == 0)
+        took = self.runner(job)
+        if took:
+            self._merges += 1
+        return took
 
     def _merge_deferred(self, files: Sequence[DataFile], app_id: str, batch_id: int) -> float:
         """A MERGE of the merger's, then ``after_write``."""

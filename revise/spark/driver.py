@@ -68,7 +68,7 @@ from revise.spark.rewind import rewind_unfinished
 from revise.spark.session import long_run_conf, spark_session, sql_setting
 from revise.spark.spark_log import batch_offsets, last_entry, recorded_shuffle_partitions
 from revise.spark.stream import build_stream
-from revise.spark.task_output import TaskWriter, task_crash_from_env
+from revise.spark.task_output import TaskWriter, merge_on_executor, task_crash_from_env
 from revise.spark.watch import JobDriver, ProgressCallback
 from sinks.delta_tables import AfterWrite, DeltaSchemaError, DeltaTables
 from sinks.file_stage import FileStage
@@ -222,6 +222,7 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
                 prepared = preparing.result()
             assert prepared is not None
             tables, ends = prepared.tables, prepared.ends
+            tables.run_latest_merges(merge_on_executor(spark))
             changelog = prepared.opening.result()  # this producer has fenced older instances
             rewind_unfinished(cfg.checkpoint)  # a batch Spark recorded, the sinks did not
         except BaseException:

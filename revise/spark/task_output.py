@@ -28,10 +28,12 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from sinks.delta_files import DataFile
+    from sinks.latest_merge import MergeJob, MergeRunner
 
 __all__ = ["BATCH_PROPERTY", "PRODUCER_DEFAULTS", "PRODUCER_IDLE_MS", "TASK_CRASH_POINTS",
-           "ZOMBIE", "HistoryTarget", "Stamps", "TaskWriter", "batch_stamp", "set_batch",
-           "settings", "task_crash_from_env", "write", "zombie_error"]
+           "ZOMBIE", "HistoryTarget", "Stamps", "TaskWriter", "batch_stamp",
+           "merge_on_executor", "set_batch", "settings", "task_crash_from_env", "write",
+           "zombie_error"]
 
 BATCH_PROPERTY: Final = "revise.emittedAt"
 """The job property holding the running micro-batch's ``emitted_at_ms``."""
@@ -121,6 +123,26 @@ def settings(*, query_id: str, batch_id: int, epoch: int, emitted_at_ms: int,
         "topics": [topics.get(k) for k in MESSAGE_KINDS], "transactional": transactional,
         "producer": producer, "consumer": dict(java_conf), "crash": crash, "idle_ms": idle_ms,
     })
+
+
+def merge_on_executor(spark: SparkSession) -> MergeRunner:
+    """Run each MERGE into ``latest`` as a Spark job of one task: on an executor.
+
+    The task reads the batches' ``revisions`` data files and MERGEs them with delta-rs
+    (:func:`sinks.latest_merge.run_merge`), where the history tables' files were written; the
+    driver hands it the files' records and gets the MERGE's seconds back. Its thread's job
+    has no micro-batch's properties, so Spark does not cancel it with a stopping query.
+    """
+    from sinks.latest_merge import run_merge
+
+    sc = spark.sparkContext
+
+    def run(job: MergeJob) -> float:
+        sc.setJobDescription(f"revise: MERGE into latest up to batch {job.batch_id}")
+        took: float = sc.parallelize([job], 1).map(run_merge).collect()[0]
+        return took
+
+    return run
 
 
 def write(df: DataFrame, task_settings: str) -> pa.Table:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from integration_support import REPO, check_run, read_delta, spark_batches
@@ -20,6 +21,7 @@ from integration_support import REPO, check_run, read_delta, spark_batches
 from revise.errors import ConfigError
 from revise.generate import GeneratorConfig, generate, produce
 from revise.spark.driver import NO_DATA_BATCHES, run_job
+from sinks import latest_merge
 from sinks.kafka import read_committed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.delta]
@@ -93,6 +95,24 @@ def test_a_dry_run_counts_what_the_job_writes_and_writes_nothing(job_setup, spar
     assert (real.revisions, real.late, real.dead_letters) == (
         dry.revisions, dry.late, dry.dead_letters)
     assert check_run(real_setup).revisions == real.revisions
+
+
+def test_the_merges_into_latest_run_on_an_executor(job_setup, spark, monkeypatch):
+    # A MERGE in this (the driver's) process fails: the run passes only if Spark ran them.
+    def not_here(*_args: Any) -> float:
+        raise AssertionError("a MERGE into latest ran in the driver's process")
+
+    monkeypatch.setattr(latest_merge, "_merge", not_here)
+    setup = job_setup("merge-task", max_records_per_batch=300)
+    stream = generate(GeneratorConfig(events=900, keys=10, seed=7, disorder_ms=2_000,
+                                      late_fraction=0.05, late_by_ms=3_000))
+    produce(stream, bootstrap_servers=setup.bootstrap, topic=setup.input_topic)
+
+    result = run_job(setup.job_config(), spark=spark, timeout_s=400)
+
+    assert result.latest_merges >= 1
+    report = check_run(setup)  # latest: the highest revision of every window
+    assert report.windows > 10 and report.revisions == result.revisions
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
