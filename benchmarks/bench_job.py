@@ -27,7 +27,8 @@ For each: records/s over the whole run (revise: from ``run_job`` to its return, 
 included; native: from the query's start), records/s after the first micro-batch (Spark's
 warm-up), time to the first revision, seconds spent computing and collecting the micro-batches
 (``collect_s``), in the Kafka commit and in the Delta writes, the peak RSS of the process
-tree (driver JVM, Python driver and Python workers), and the CPU seconds each of those three
+tree (driver JVM, Python driver and Python workers) and of each of the three
+(``peak_rss_jvm_driver_workers_mb``), and the CPU seconds each of those three
 spent (``cpu_s``; :class:`CpuUse`): on a machine whose cores the run keeps busy, throughput
 follows the CPU work, so this says which side a variant's extra time is spent on
 (``--jvm-threads``: the JVM's by thread group, ``cpu_jvm_threads_s``). Ratios are
@@ -61,8 +62,18 @@ VARIANTS = ("revision-eos", "revision-plain", "watermark-eos", "spark-native")
 ALL_VARIANTS = (*VARIANTS, "revision-noop", "revision-overlap", "spark-native-kafka")
 
 
+def _kind(p: Any, root_pid: int) -> str:
+    """A process of the tree as :class:`CpuUse` and :class:`PeakRss` count it."""
+    name = p.name()
+    return ("driver" if p.pid == root_pid else "jvm" if "java" in name
+            else "workers" if "python" in name else "other")
+
+
 class PeakRss:
     """Samples the RSS of this process and its descendants every 0.5 s; keeps the peak.
+
+    ``peak_bytes`` is the tree's; ``peaks`` each kind's (:func:`_kind`: the driver JVM with
+    the local executors, the Python driver, the Python workers), each at its own peak.
 
     The process tree is re-read every 2 s only: finding the descendants reads every process
     of the machine (``/proc/*/stat``), ~11 ms a time here, and the sampler runs inside the
@@ -78,6 +89,7 @@ class PeakRss:
 
         self._proc = psutil.Process()
         self.peak_bytes = 0
+        self.peaks: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -89,11 +101,14 @@ class PeakRss:
             if sample % self.TREE_EVERY == 0:
                 with contextlib.suppress(psutil.Error):
                     procs = [self._proc, *self._proc.children(recursive=True)]
-            total = 0
+            by_kind: dict[str, int] = {}
             for p in procs:
                 with contextlib.suppress(psutil.Error):
-                    total += p.memory_info().rss
-            self.peak_bytes = max(self.peak_bytes, total)
+                    kind = _kind(p, self._proc.pid)
+                    by_kind[kind] = by_kind.get(kind, 0) + p.memory_info().rss
+            self.peak_bytes = max(self.peak_bytes, sum(by_kind.values()))
+            for kind, rss in by_kind.items():
+                self.peaks[kind] = max(self.peaks.get(kind, 0), rss)
             if self._stop.wait(self.SAMPLE_S):
                 return
 
@@ -131,11 +146,9 @@ class CpuUse:
         for p in [self._proc, *self._proc.children(recursive=True)]:
             try:
                 t = p.cpu_times()
-                name = p.name()
+                kind = _kind(p, self._proc.pid)
             except psutil.Error:
                 continue
-            kind = ("driver" if p.pid == self._proc.pid else "jvm" if "java" in name
-                    else "workers" if "python" in name else "other")
             out[p.pid] = (kind, t.user + t.system + t.children_user + t.children_system)
         return out
 
@@ -164,6 +177,8 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
         else:
             figures = _revise(spark, args, work, run)
     figures["peak_rss_mb"] = round(rss.peak_bytes / 2**20)
+    figures["peak_rss_jvm_driver_workers_mb"] = "/".join(
+        str(round(rss.peaks.get(k, 0) / 2**20)) for k in ("jvm", "driver", "workers"))
     figures["cpu_s"] = cpu.seconds
     if isinstance(threads, JvmThreadCpu):
         figures["cpu_jvm_threads_s"] = threads.seconds
@@ -334,7 +349,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
     cols = ["variant", "records", "seconds", "records_per_s", "records_per_s_after_first_batch",
             "first_revision_s", "batches", "revisions", "collect_s", "kafka_commit_s",
             "delta_write_s", "batch_s_first5", "batch_s_last5", "checkpoint_mb", "peak_rss_mb",
-            "cpu_jvm_driver_workers_s"]
+            "peak_rss_jvm_driver_workers_mb", "cpu_jvm_driver_workers_s"]
     head = "| " + " | ".join(cols) + " |"
     sep = "|" + "|".join("---" for _ in cols) + "|"
     body = ["| " + " | ".join("-" if r.get(c) is None else str(r.get(c)) for c in cols) + " |"
