@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from revise.query.views import REGISTERED_VIEWS, register_views, table_schema, view_sql
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.vocab import TABLE_NAMES
+from sinks import latest_merge
 from sinks.delta_tables import DeltaTables, DeltaWriteError
-from sinks.latest_merge import LatestTable
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
 
@@ -229,8 +229,6 @@ def test_spark_writes_merges_reads_and_time_travels_delta(spark, delta_path):
 def test_latest_is_compacted_without_changing_its_rows(
     spark, delta_path, frames, make_revision, monkeypatch,
 ):
-    import sinks.latest_merge as latest_merge
-
     monkeypatch.setattr(latest_merge, "COMPACT_LATEST_EVERY", 2)
     tables = DeltaTables(str(delta_path)).ensure()
     for b in range(4):  # new windows each batch: every MERGE adds a file
@@ -375,12 +373,12 @@ def test_a_lost_latest_merge_is_redone_from_revisions_at_start(
     tables.write_batch("q", 0, frames.revisions([r("a", 0, 10_000, 0), r("s", 0, 3_000, 0)]),
                        frames.late(), frames.dead(), defer_latest=True)
     assert tables.flush() > 0
-    real_merge = LatestTable.merge
+    real_merge = latest_merge._merge_rows
 
-    def lost(self, revisions, app_id, batch_id):
+    def lost(*_args):
         raise OSError("disk gone")
 
-    monkeypatch.setattr(LatestTable, "merge", lost)
+    monkeypatch.setattr(latest_merge, "_merge_rows", lost)  # every MERGE of latest fails
     tables.write_batch("q", 1, frames.revisions([
         r("a", 0, 10_000, 1, batch_id=1), r("s", 0, 3_000, 1, retracted=True, batch_id=1),
         r("s", 0, 5_000, 2, batch_id=1), r("n", 0, 10_000, 0, batch_id=1),
@@ -389,7 +387,7 @@ def test_a_lost_latest_merge_is_redone_from_revisions_at_start(
         tables.flush()
     with pytest.raises(DeltaWriteError, match="bringing Delta latest under .* failed .*disk gone"):
         tables.catch_up_latest("q")  # a start that cannot write latest fails clearly
-    monkeypatch.setattr(LatestTable, "merge", real_merge)
+    monkeypatch.setattr(latest_merge, "_merge_rows", real_merge)
     # another query's later revisions in the same root are not this query's to merge
     tables.write_batch("other", 7, frames.revisions([r("z", 0, 10_000, 0, query_id="other",
                                                         batch_id=7)]),
@@ -418,10 +416,10 @@ def test_a_failed_deferred_merge_fails_the_next_batch(
 ):
     tables = DeltaTables(str(delta_path)).ensure()
 
-    def lost(self, revisions, app_id, batch_id):
+    def lost(_job):
         raise OSError("disk gone")
 
-    monkeypatch.setattr(LatestTable, "merge", lost)
+    tables.run_latest_merges(lost)  # where the MERGE runs (an executor, in the job), it fails
     tables.write_batch("q", 0, frames.revisions([make_revision("a")]), frames.late(),
                        frames.dead(), defer_latest=True)
     with pytest.raises(DeltaWriteError, match="batch 0 .*disk gone.*redoes it from revisions"):
