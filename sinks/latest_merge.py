@@ -395,9 +395,7 @@ class LatestTable:
     def merge(self, revisions: pa.Table, app_id: str, batch_id: int) -> float:
         """MERGE ``revisions`` into ``latest`` as ``(app_id, batch_id)``, here; its seconds.
 
-        Keeps only the highest revision per window first: a higher retracted revision deletes
-        the row, a higher one replaces it, a new window is inserted unless retracted; equal or
-        lower revisions change nothing.
+        Only a higher revision changes a window's row (:func:`_merge_rows`).
         """
         return _merge_rows(self._root, self._schema, revisions, app_id, batch_id)
 
