@@ -26,9 +26,8 @@ from sinks.delta_layout import MIN_LOG_RETENTION_MS
 
 __all__ = [
     "DEFAULT_DELTA_COMMIT_INTERVAL_MS", "DEFAULT_SHARDS", "DEFAULT_TRIGGER_MS", "DRY_RUN_KEY",
-    "EMIT_POLICY_KEY",
-    "OUTPUT_LAYOUT", "OUTPUT_LAYOUT_KEY", "STATE_LAYOUT", "STATE_LAYOUT_KEY", "DeltaOutput",
-    "InputFields", "JobConfig", "KafkaIO", "SparkTuning", "StartingOffsets",
+    "EMIT_POLICY_KEY", "OUTPUT_LAYOUT", "OUTPUT_LAYOUT_KEY", "STATE_LAYOUT", "STATE_LAYOUT_KEY",
+    "DeltaOutput", "InputFields", "JobConfig", "KafkaIO", "SparkTuning", "StartingOffsets",
     "check_state_layout", "parse_ts_format",
 ]
 
@@ -49,10 +48,12 @@ with its progress in the group ``revise-<query_id>``'s committed offsets
 it was written by a revise whose driver wrote one transaction per micro-batch, whose progress
 this version does not read (:func:`check_state_layout`)."""
 EMIT_POLICY_KEY = "emit_policy"
-DRY_RUN_KEY = "dry_run"
 """Recorded as ``on`` in a checkpoint's fingerprint when the job has an emit policy
 (``--emit-min-change`` / ``--emit-every``: its state keeps last emitted revisions); absent
 otherwise, so checkpoints from before the options restart unchanged."""
+DRY_RUN_KEY = "dry_run"
+"""Recorded as ``true`` in a dry run's checkpoint fingerprint (``JobConfig.dry_run``): its
+progress is not the output's, so a run that writes refuses it."""
 
 
 def check_state_layout(checkpoint: str) -> None:
