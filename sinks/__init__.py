@@ -17,10 +17,12 @@ Both are written by the job's driver from one micro-batch held as Arrow tables, 
 - :mod:`sinks.delta_schema` — what each table is: its Arrow schema and its Delta properties.
 - :mod:`sinks.delta_layout` — what keeps those tables' files from growing with an unbounded
   run: ``latest``'s bounded files and the history tables' background compaction.
-- :mod:`sinks.latest_merge` — the MERGE into ``latest``, in the background: one MERGE for the
-  micro-batches that arrived while the last one ran (their highest revision per window), a
-  bounded backlog, and a failed MERGE stopping every later one (the job's next start redoes
-  them from ``revisions``).
+- :mod:`sinks.latest_merge` — ``latest``'s writes: the MERGE (idempotent, self-contained, run on
+  an executor in the job), the compaction of its small files, the catch-up at every start.
+- :mod:`sinks.latest_merger` — the MERGEs in the background: one for the micro-batches that
+  arrived while the last one ran (their highest revision per window), a bounded backlog, and
+  a failed MERGE stopping every later one (the job's next start redoes them from
+  ``revisions``).
 - :mod:`sinks.delta_files` — a history table's data files, written where the rows are (the
   job's stateful tasks), committed by the driver from their records, idempotently.
 - :mod:`sinks.file_stage` — the history tables' commits decoupled from the micro-batch: the

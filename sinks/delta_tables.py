@@ -26,7 +26,7 @@ no data change). If another writer commits the same app id between that read and
 revision, so a replay of the same revisions changes nothing.
 
 The job defers that MERGE (``write_batch(defer_latest=True)``): it runs on a background thread
-(:class:`sinks.latest_merge.LatestMerger`) while Spark computes the next micro-batches, and
+(:class:`sinks.latest_merger.LatestMerger`) while Spark computes the next micro-batches, and
 merges the batches that arrived meanwhile in one MERGE. On the issue-12 workloads the MERGE is
 the Delta step's largest and only growing part (copy-on-write over a table of every open
 window), and a MERGE of several batches costs about as much as one. ``latest`` then trails
@@ -74,7 +74,8 @@ from sinks.delta_layout import (
 from sinks.delta_schema import TABLE_PROPERTIES, DeltaSchemaError, arrow_schema
 from sinks.delta_txn import AfterWrite, DeltaRoot, DeltaWriteError, app_id
 from sinks.file_stage import FileStage
-from sinks.latest_merge import REST_RATIO, LatestTable, MergeRunner
+from sinks.latest_merge import LatestTable, MergeRunner
+from sinks.latest_merger import REST_RATIO
 
 __all__ = [
     "AfterWrite",
@@ -110,7 +111,7 @@ class DeltaTables:
         revision_schema: The schema of ``revisions`` and ``latest`` (:func:`arrow_schema`):
             one set of aggregate columns per Delta root.
         latest_rest_ratio: How long the background ``latest`` merger rests after a MERGE, in
-            multiples of that MERGE's duration (:class:`~sinks.latest_merge.LatestMerger`).
+            multiples of that MERGE's duration (:class:`~sinks.latest_merger.LatestMerger`).
         stage: Where the data file records of micro-batches wait for a commit of several at
             once (:class:`~sinks.file_stage.FileStage`); None commits every batch at once.
         latest_min_rest_s: The least rest of the background ``latest`` merger after a MERGE
@@ -259,7 +260,7 @@ class DeltaTables:
             defer_latest: Queue 3d for the background merger and return after 3a–3c: the
                 MERGE then overlaps whatever the caller does next (the job: Spark computing
                 the next micro-batches), and covers the batches queued meanwhile too
-                (:class:`~sinks.latest_merge.LatestMerger`). The call waits only when the
+                (:class:`~sinks.latest_merger.LatestMerger`). The call waits only when the
                 merger's backlog is full; :meth:`flush` merges it now. A MERGE lost to a
                 crash is redone from ``revisions`` by :meth:`catch_up_latest`.
             before_latest: Called in the background thread just before the deferred MERGE

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import pytest
 
 from sinks.delta_files import DataFile
-from sinks.latest_merge import LatestMerger, MergeFailed
+from sinks.latest_merger import LatestMerger, MergeFailed
 
 NEVER = 1e9
 """A rest ratio under which the merger waits for a flush or a full backlog."""
