@@ -28,8 +28,8 @@ included; native: from the query's start), records/s after the first micro-batch
 warm-up), time to the first revision, seconds spent computing and collecting the micro-batches
 (``collect_s``), in the Kafka commit and in the Delta writes, the peak RSS of the process
 tree (driver JVM, Python driver and Python workers) and of each of the three
-(``peak_rss_jvm_driver_workers_mb``), and the CPU seconds each of those three
-spent (``cpu_s``; :class:`CpuUse`): on a machine whose cores the run keeps busy, throughput
+(``peak_rss_jvm_driver_workers_mb``), and the CPU seconds each of those three spent
+(``cpu_s``; :mod:`benchmarks.proc_tree`): on a machine whose cores the run keeps busy, throughput
 follows the CPU work, so this says which side a variant's extra time is spent on
 (``--jvm-threads``: the JVM's by thread group, ``cpu_jvm_threads_s``). Ratios are
 of figures measured side by side in the same run; ``--repeat N`` runs N rounds of all variants
@@ -40,127 +40,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from benchmarks.jvm_threads import JvmThreadCpu
+from benchmarks.proc_tree import CpuUse, PeakRss
 from revise.kafka import SPARK_SOURCE_DEFAULTS
 
 __all__ = ["main"]
 
 VARIANTS = ("revision-eos", "revision-plain", "watermark-eos", "spark-native")
 ALL_VARIANTS = (*VARIANTS, "revision-noop", "revision-overlap", "spark-native-kafka")
-
-
-def _kind(p: Any, root_pid: int) -> str:
-    """A process of the tree as :class:`CpuUse` and :class:`PeakRss` count it."""
-    name = p.name()
-    return ("driver" if p.pid == root_pid else "jvm" if "java" in name
-            else "workers" if "python" in name else "other")
-
-
-class PeakRss:
-    """Samples the RSS of this process and its descendants every 0.5 s; keeps the peak.
-
-    ``peak_bytes`` is the tree's; ``peaks`` each kind's (:func:`_kind`: the driver JVM with
-    the local executors, the Python driver, the Python workers), each at its own peak.
-
-    The process tree is re-read every 2 s only: finding the descendants reads every process
-    of the machine (``/proc/*/stat``), ~11 ms a time here, and the sampler runs inside the
-    measured driver (at 0.2 s, with the tree re-read each time, it took ~8 CPU s of a 150 s
-    run, and the driver's GIL).
-    """
-
-    SAMPLE_S: Final = 0.5
-    TREE_EVERY: Final = 4  # samples
-
-    def __init__(self) -> None:
-        import psutil
-
-        self._proc = psutil.Process()
-        self.peak_bytes = 0
-        self.peaks: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        import psutil
-
-        procs = [self._proc]
-        for sample in itertools.count():
-            if sample % self.TREE_EVERY == 0:
-                with contextlib.suppress(psutil.Error):
-                    procs = [self._proc, *self._proc.children(recursive=True)]
-            by_kind: dict[str, int] = {}
-            for p in procs:
-                with contextlib.suppress(psutil.Error):
-                    kind = _kind(p, self._proc.pid)
-                    by_kind[kind] = by_kind.get(kind, 0) + p.memory_info().rss
-            self.peak_bytes = max(self.peak_bytes, sum(by_kind.values()))
-            for kind, rss in by_kind.items():
-                self.peaks[kind] = max(self.peaks.get(kind, 0), rss)
-            if self._stop.wait(self.SAMPLE_S):
-                return
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-class CpuUse:
-    """CPU seconds (user + system) this process tree spends inside the ``with`` block, by kind.
-
-    Kinds: ``jvm`` (the driver JVM, with the local executors), ``driver`` (this Python
-    process: the driver's side of revise, Kafka and Delta), ``workers`` (Spark's Python
-    workers under the JVM). Read from the processes alive at the block's start and end; a
-    process's reaped children count in its parent (``children_*``), so a Python worker that
-    exited counts in the Python daemon that forked it. What a process alive only between the
-    two reads spent is missed; Spark reuses its Python workers, so that is little here.
-    """
-
-    def __init__(self) -> None:
-        import psutil
-
-        self._proc = psutil.Process()
-        self._start: dict[int, float] = {}
-        self.seconds: dict[str, float] = {}
-
-    def _read(self) -> dict[int, tuple[str, float]]:
-        import psutil
-
-        out: dict[int, tuple[str, float]] = {}
-        for p in [self._proc, *self._proc.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-                kind = _kind(p, self._proc.pid)
-            except psutil.Error:
-                continue
-            out[p.pid] = (kind, t.user + t.system + t.children_user + t.children_system)
-        return out
-
-    def __enter__(self) -> CpuUse:
-        self._start = {pid: cpu for pid, (_k, cpu) in self._read().items()}
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        totals: dict[str, float] = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
-        for pid, (kind, cpu) in self._read().items():
-            totals[kind] = totals.get(kind, 0.0) + cpu - self._start.get(pid, 0.0)
-        self.seconds = {k: round(v, 1) for k, v in totals.items()}
 
 
 def _one(args: argparse.Namespace) -> dict[str, Any]:

@@ -11,8 +11,9 @@ job has logged its first micro-batch (Spark's start-up, up to a minute on a load
 not part of the run); from then, every ``--sample-s`` seconds (60) it records:
 
 - resident memory (RSS, MiB) of the Python driver (the ``revise run`` process), the driver JVM
-  (its ``java`` child) and the Python workers (every Python process under the JVM: PySpark's
-  daemon and its workers), found with psutil over the process tree;
+  (its ``java`` child) and the Python workers (its Python descendants: PySpark's daemon and
+  its workers, under the JVM), found with psutil over the process tree
+  (:mod:`benchmarks.proc_tree`);
 - the driver JVM's open file descriptors and its TCP sockets in ``CLOSE_WAIT`` (a socket the
   peer closed and the JVM did not: Spark 4.2.0 leaked one per ``transformWithStateInPandas``
   task, SPARK-58932);
@@ -54,6 +55,7 @@ import orjson
 import psutil
 
 from benchmarks.chaos import CliRun, create_topics, use_repo_pythonpath
+from benchmarks.proc_tree import rss_by_kind
 from revise.checkpoint import OFFSETS_LOG, spark_log_dir
 
 __all__ = ["Sample", "driver_settings", "main"]
@@ -182,22 +184,9 @@ class ChangelogWatcher(threading.Thread):
 
 def memory(driver_pid: int) -> tuple[float, float, float, int]:
     """RSS (MiB) of the driver JVM, the Python driver, the Python workers; number of workers."""
-    driver = psutil.Process(driver_pid)
-    jvm = wrk = 0.0
-    workers = 0
-    for child in driver.children(recursive=True):
-        try:
-            name = child.name()
-            rss = child.memory_info().rss / MIB
-            if name == "java":
-                jvm += rss
-            elif name.startswith("python") and any(a.name() == "java"
-                                                   for a in child.parents()):
-                wrk += rss
-                workers += 1
-        except psutil.Error:
-            continue
-    return jvm, driver.memory_info().rss / MIB, wrk, workers
+    rss, workers = rss_by_kind(driver_pid)
+    return (rss.get("jvm", 0) / MIB, rss.get("driver", 0) / MIB, rss.get("workers", 0) / MIB,
+            workers)
 
 
 def close_wait_sockets(proc: psutil.Process, except_ports: Collection[int] = ()) -> int:

@@ -64,7 +64,7 @@ def test_the_last_batch_of_a_log():
 
 _CPU_USE_PROBE = """
 import json, subprocess, sys, time
-from benchmarks.bench_job import CpuUse
+from benchmarks.proc_tree import CpuUse
 
 def burn(seconds):
     end = time.process_time() + seconds
@@ -109,7 +109,7 @@ def test_peak_rss_counts_the_children_too():
 
     import psutil
 
-    from benchmarks.bench_job import PeakRss
+    from benchmarks.proc_tree import PeakRss
 
     hold = ("import time\nb = bytearray(200 * 2**20)\nb[::4096] = b'x' * len(b[::4096])\n"
             "print('ready', flush=True)\ntime.sleep(60)")
