@@ -21,7 +21,7 @@ from pathlib import Path
 from revise.errors import InfraError, SetupError
 from revise.infra import secure as _secure_mod
 from revise.infra.jars import classpath
-from revise.infra.procs import java, jvm_options
+from revise.infra.procs import cap_malloc_arenas, java, jvm_options
 
 __all__ = ["BrokerError", "BrokerNode", "BrokerSetupError", "check_writable", "launch_node",
            "new_cluster_id", "node_args", "write_node"]
@@ -131,8 +131,10 @@ def _run_java(
     ]
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
     try:
+        env = dict(os.environ)
+        cap_malloc_arenas(env)
         return subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True,
         )
     finally:

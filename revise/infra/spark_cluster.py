@@ -49,6 +49,7 @@ from typing import Any
 from revise.errors import ConfigError, InfraError
 from revise.infra.procs import (
     append_options,
+    cap_malloc_arenas,
     free_port,
     group_alive,
     jvm_options,
@@ -241,6 +242,7 @@ def spark_home() -> Path:
 def _child_env(home: Path, python: str) -> dict[str, str]:
     """Environment of the Master and Workers: this pyspark, no caller PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_CONF_DIR")}
+    cap_malloc_arenas(env)  # the executors' too: a Worker starts them with its environment
     conf = home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
     env.update({

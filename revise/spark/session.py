@@ -24,7 +24,7 @@ from revise.errors import ConfigError, InfraError
 from revise.infra import cds
 from revise.infra.jars import classpath, revise_jar
 from revise.infra.logfile import jvm_output
-from revise.infra.procs import append_options, jvm_options
+from revise.infra.procs import MALLOC_ARENAS_ENV, append_options, cap_malloc_arenas, jvm_options
 from revise.infra.pyfiles import is_local_master, ship_to_executors
 from revise.kafka import spark_redaction_conf
 
@@ -138,6 +138,8 @@ def spark_session(
     # python3 is first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # The driver JVM (and the local Python workers) inherit this process's environment.
+    arenas = cap_malloc_arenas(os.environ)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -187,6 +189,7 @@ def spark_session(
         "spark.databricks.delta.properties.defaults.checkpointInterval": "20",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         "spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"],
+        f"spark.executorEnv.{MALLOC_ARENAS_ENV}": arenas,
         "spark.python.worker.reuse": "true",
         # An unbounded job runs a few Spark jobs per micro-batch, forever: the driver's status
         # store keeps the last N jobs, stages, tasks and SQL executions (defaults 1000, 1000,

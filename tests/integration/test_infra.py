@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from revise.errors import InfraError
 from revise.infra import broker, jars
-from revise.infra.procs import jvm_options, pid_alive
+from revise.infra.procs import MALLOC_ARENAS_ENV, jvm_options, pid_alive
 
 pytestmark = [pytest.mark.kafka]
 
@@ -108,8 +108,21 @@ def test_broker_lifecycle_keeps_data(tmp_path: Path) -> None:
         args = Path(f"/proc/{restarted.pids[0]}/cmdline").read_bytes().decode().split("\0")
         wanted = jvm_options()
         assert wanted and all(opt in args for opt in wanted), (wanted, args)
+        assert _environ(restarted.pids[0]).get(MALLOC_ARENAS_ENV) == _arenas()
     finally:
         broker.stop(home)
+
+
+def _environ(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    return dict(e.split("=", 1) for e in entries if "=" in e)
+
+
+def _arenas() -> str:
+    """The malloc arena cap revise gives its JVMs: this process's value when set, else 2."""
+    from revise.infra.procs import MALLOC_ARENAS
+
+    return os.environ.get(MALLOC_ARENAS_ENV, MALLOC_ARENAS)
 
 
 def test_given_or_embedded_starts_a_broker_only_when_none_is_given(tmp_path: Path) -> None:
@@ -314,6 +327,14 @@ def test_the_spark_driver_jvm_maps_the_class_archive(spark) -> None:  # type: ig
     assert str(archive) in Path(f"/proc/{pid}/maps").read_text()
 
 
+def test_the_spark_driver_jvm_caps_its_malloc_arenas(spark) -> None:  # type: ignore[no-untyped-def]
+    """revise.infra.procs.MALLOC_ARENAS: in the driver JVM's environment, and the executors'."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    assert _environ(pid).get(MALLOC_ARENAS_ENV) == _arenas()
+    conf = spark.sparkContext.getConf()
+    assert conf.get(f"spark.executorEnv.{MALLOC_ARENAS_ENV}") == _arenas()
+
+
 
 
 @pytest.mark.spark
@@ -340,12 +361,15 @@ def test_local_python_workers_are_forked_by_revises_daemon(spark) -> None:  # ty
                 "parent": [parent.decode()],
                 "pyspark": [w_pyspark.__file__],
                 "archives": [sum(p.startswith(installed + w_os.sep) for p in w_sys.path)],
+                "arenas": [w_os.environ.get("MALLOC_ARENA_MAX")],
             })
 
     rows = (spark.range(2, numPartitions=2)
-            .mapInPandas(facts, "parent string, pyspark string, archives int").collect())
+            .mapInPandas(facts, "parent string, pyspark string, archives int, arenas string")
+            .collect())
     assert len(rows) == 2
     for row in rows:
         assert "-m revise.spark.pydaemon pyspark.worker" in row.parent
         assert row.pyspark == pyspark.__file__
         assert row.archives == 0
+        assert row.arenas == _arenas()  # the driver JVM's environment, inherited

@@ -46,6 +46,7 @@ from integration_support import REPO, CliRun, check_run, read_delta, spark_batch
 from revise.checkpoint import OFFSETS_LOG, spark_log_dir
 from revise.generate import GeneratorConfig, generate, produce
 from revise.infra import pyfiles, spark_cluster
+from revise.infra.procs import MALLOC_ARENAS, MALLOC_ARENAS_ENV
 from revise.spark.driver import run_job
 
 pytestmark = [pytest.mark.spark]
@@ -106,6 +107,11 @@ def test_cli_start_status_stop(tmp_path: Path) -> None:
         cmdlines = [Path(f"/proc/{p}/cmdline").read_bytes() for p in pids]
         assert b"org.apache.spark.deploy.master.Master" in cmdlines[0]
         assert all(b"org.apache.spark.deploy.worker.Worker" in c for c in cmdlines[1:])
+        # the Workers start the executors with their own environment
+        arenas = os.environ.get(MALLOC_ARENAS_ENV, MALLOC_ARENAS)
+        for pid in pids:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert f"{MALLOC_ARENAS_ENV}={arenas}".encode() in environ, pid
         state = _master_json(info["webui"])
         assert state["status"] == "ALIVE" and state["url"] == info["master"]
         workers = [w for w in state["workers"] if w["state"] == "ALIVE"]

@@ -7,7 +7,13 @@ import sys
 import time
 from pathlib import Path
 
-from revise.infra.procs import pid_alive, runs_command, terminate_all
+from revise.infra.procs import (
+    MALLOC_ARENAS_ENV,
+    cap_malloc_arenas,
+    pid_alive,
+    runs_command,
+    terminate_all,
+)
 
 # Ignores SIGTERM and holds 1 GiB of touched memory, whose unmapping makes a SIGKILLed process
 # linger for a moment, as a broker JVM's heap does.
@@ -119,3 +125,12 @@ def test_terminate_leaves_alone_a_pid_that_runs_another_command() -> None:
     finally:
         child.kill()
         child.wait(30)
+
+
+def test_the_malloc_arena_cap_is_two_unless_the_environment_has_one() -> None:
+    env = {"PATH": "/bin"}
+    assert cap_malloc_arenas(env) == "2"
+    assert env == {"PATH": "/bin", MALLOC_ARENAS_ENV: "2"}
+    users = {MALLOC_ARENAS_ENV: "8"}
+    assert cap_malloc_arenas(users) == "8"
+    assert users == {MALLOC_ARENAS_ENV: "8"}
