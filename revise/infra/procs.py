@@ -163,7 +163,7 @@ def jvm_options() -> list[str]:
 
 MALLOC_ARENAS_ENV: Final = "MALLOC_ARENA_MAX"
 MALLOC_ARENAS: Final = "2"
-"""glibc's malloc arenas in every JVM revise starts (and the Python workers under Spark's),
+"""glibc's malloc arenas in every JVM revise starts (and in Spark's Python workers),
 unless ``$MALLOC_ARENA_MAX`` is set. glibc gives a thread that meets contention an arena of
 its own, up to 8 per core, and each arena keeps what was freed in it: over a two-hour run the
 driver JVM's memory outside its own accounting (RocksDB's state stores, codecs, the JVM's
