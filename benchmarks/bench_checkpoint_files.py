@@ -9,10 +9,13 @@ for ``--files`` files of 200 bytes under each file manager, each in its own Spar
 child process, since ``fs.file.impl`` is fixed once a JVM has opened the local file system):
 
 - ``filecontext``: Spark's default, Hadoop's ``FileContext``;
-- ``filesystem``: Hadoop's ``FileSystem`` API, what revise sessions use
-  (``revise.spark.session.FILE_SYSTEM_CHECKPOINTS``);
-- ``filesystem-raw``: the same on the raw local file system (no ``.crc`` files); not used by
-  revise, because RocksDB's snapshot upload needs the checksummed one.
+- ``filesystem-hadoop``: Hadoop's ``FileSystem`` API (``revise.spark.session.
+  FILE_SYSTEM_CHECKPOINTS``) on Hadoop's local file system, which forks ``chmod`` for each
+  file and its ``.crc``;
+- ``filesystem``: the same on ``revise.jvm.LocalFiles``, what revise's local sessions use
+  (``revise.spark.session.LOCAL_FILE_SYSTEM``): the mode set with a system call;
+- ``filesystem-raw``: Hadoop's raw local file system (no ``.crc`` files, ``chmod`` forked);
+  not used by revise, because RocksDB's snapshot upload needs the checksummed one.
 
 The figure includes a py4j round trip per call (a fraction of a millisecond).
 docs/lab/benchmarks-diary.md, *An empty micro-batch and Hadoop's local file system*, has the
@@ -28,7 +31,11 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from revise.spark.session import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS
+from revise.spark.session import (
+    CHECKPOINT_FILE_MANAGER,
+    FILE_SYSTEM_CHECKPOINTS,
+    LOCAL_FILE_SYSTEM,
+)
 
 __all__ = ["main"]
 
@@ -36,8 +43,9 @@ _FILE_CONTEXT = ("org.apache.spark.sql.execution.streaming.checkpointing."
                  "FileContextBasedCheckpointFileManager")
 VARIANTS = {
     "filecontext": {CHECKPOINT_FILE_MANAGER: _FILE_CONTEXT},
+    "filesystem-hadoop": {LOCAL_FILE_SYSTEM: "org.apache.hadoop.fs.LocalFileSystem"},
     "filesystem": {},
-    "filesystem-raw": {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"},
+    "filesystem-raw": {LOCAL_FILE_SYSTEM: "org.apache.hadoop.fs.RawLocalFileSystem"},
 }
 _WARMUP = 20
 
@@ -82,7 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.variant:15s} {_one(args.variant, args.files):6.1f} ms per file", flush=True)
         return 0
     print(f"checkpoint files: {args.files} atomic writes of 200 bytes per variant "
-          f"(revise uses: {FILE_SYSTEM_CHECKPOINTS.rsplit('.', 1)[1]})", flush=True)
+          f"(revise uses: {FILE_SYSTEM_CHECKPOINTS.rsplit('.', 1)[1]} on LocalFiles)",
+          flush=True)
     for variant in VARIANTS:
         done = subprocess.run([sys.executable, "-m", "benchmarks.bench_checkpoint_files",
                                "--variant", variant, "--files", str(args.files)],

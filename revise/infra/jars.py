@@ -11,11 +11,12 @@ hash makes a second call free: nothing is downloaded unless the pom changed. Spa
 these local paths (``spark.jars``); nothing is downloaded at query time.
 
 A third artifact is revise's own: the Java classes under ``revise/infra/java/`` (the input
-parse's accepted paths, ``revise.jvm.FastParse`` and ``FastFields``), compiled with ``javac``
-against the installed pyspark's jars into ``<jvm dir>/revise/revise-jvm-<hash>.jar``
-(:func:`revise_jar`). The name holds a hash of the sources, so changed sources give a new jar
-and a long-lived cluster never runs a stale copy; sessions ship it with the others
-(``spark.jars``).
+parse's accepted paths, ``revise.jvm.FastParse`` and ``FastFields``, the tasks' changelog
+writer), compiled with ``javac`` against the installed pyspark's jars into
+``<jvm dir>/revise/revise-jvm-<hash>.jar`` (:func:`revise_jar`), except ``revise.jvm.LocalFiles``,
+which goes to ``revise-fs-<hash>.jar`` beside it (:func:`local_files_jar_path`). The name holds
+a hash of the sources, so changed sources give a new jar and a long-lived cluster never runs a
+stale copy; sessions ship it with the others (``spark.jars``).
 
 Run ``python -m revise.infra.jars`` to resolve both and build revise's jar (the Makefile's
 ``install`` does).
@@ -37,8 +38,8 @@ from pathlib import Path
 from revise.errors import InfraError, SetupError
 from revise.infra.procs import jdk_tool
 
-__all__ = ["JVM_CLASSPATHS", "build_revise_jar", "classpath", "jvm_dir", "resolve",
-           "resolve_all", "revise_jar", "revise_jar_path"]
+__all__ = ["JVM_CLASSPATHS", "LOCAL_FILES_CLASSES", "build_revise_jar", "classpath", "jvm_dir",
+           "local_files_jar_path", "resolve", "resolve_all", "revise_jar", "revise_jar_path"]
 
 JVM_CLASSPATHS = ("kafka", "spark")
 
@@ -142,12 +143,30 @@ def _java_sources() -> list[tuple[str, bytes]]:
     return found
 
 
-def revise_jar_path() -> Path:
-    """Where the jar of these sources is (built or not)."""
+def _sources_digest() -> str:
     digest = hashlib.sha256()
     for rel, content in _java_sources():
         digest.update(rel.encode() + b"\0" + content + b"\0")
-    return jvm_dir() / "revise" / f"revise-jvm-{digest.hexdigest()[:16]}.jar"
+    return digest.hexdigest()[:16]
+
+
+def revise_jar_path() -> Path:
+    """Where the jar of these sources is (built or not)."""
+    return jvm_dir() / "revise" / f"revise-jvm-{_sources_digest()}.jar"
+
+
+LOCAL_FILES_CLASSES = "revise/jvm/LocalFiles"
+"""The classes (``revise.jvm.LocalFiles`` and its nested ones) that go to their own jar."""
+
+
+def local_files_jar_path() -> Path:
+    """Where the jar of ``revise.jvm.LocalFiles`` alone is, built with :func:`revise_jar_path`'s.
+
+    Hadoop opens the local file system before Spark loads its ``spark.jars``, so this class
+    must be on the driver JVM's own class path (``spark.driver.extraClassPath``); the rest of
+    revise's classes need the Kafka clients of ``spark.jars`` and must stay with them.
+    """
+    return jvm_dir() / "revise" / f"revise-fs-{_sources_digest()}.jar"
 
 
 def _javac() -> str:
@@ -168,8 +187,8 @@ def build_revise_jar() -> Path:
     """
     from revise.infra.spark_cluster import spark_home
 
-    target = revise_jar_path()
-    if target.is_file():
+    target, fs_target = revise_jar_path(), local_files_jar_path()
+    if target.is_file() and fs_target.is_file():
         return target
     javac = _javac()
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -190,15 +209,22 @@ def build_revise_jar() -> Path:
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
             msg = f"javac could not compile revise's Java sources (exit {proc.returncode}):\n{tail}"
             raise InfraError(msg)
-        # Another process may build the same jar at the same time: each writes its own file.
-        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
-            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: revise\n")
-            for cls in sorted(out.rglob("*.class")):
-                jar.write(cls, cls.relative_to(out).as_posix())
-        os.replace(partial, target)
+        classes = sorted(cls.relative_to(out).as_posix() for cls in out.rglob("*.class"))
+        local_files = [c for c in classes if c.startswith(LOCAL_FILES_CLASSES)]
+        _write_jar(fs_target, out, local_files)
+        _write_jar(target, out, [c for c in classes if c not in local_files])
     # Older jars stay (a few KB each): a running job's driver may still serve one to executors.
     return target
+
+
+def _write_jar(target: Path, classes_dir: Path, classes: list[str]) -> None:
+    # Another process may build the same jar at the same time: each writes its own file.
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
+        jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: revise\n")
+        for cls in classes:
+            jar.write(classes_dir / cls, cls)
+    os.replace(partial, target)
 
 
 def revise_jar() -> Path | None:

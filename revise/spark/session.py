@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from revise.errors import ConfigError, InfraError
 from revise.infra import cds
-from revise.infra.jars import classpath, revise_jar
+from revise.infra.jars import classpath, local_files_jar_path, revise_jar
 from revise.infra.logfile import jvm_output
 from revise.infra.procs import MALLOC_ARENAS_ENV, append_options, cap_malloc_arenas, jvm_options
 from revise.infra.pyfiles import is_local_master, ship_to_executors
@@ -31,8 +31,8 @@ from revise.kafka import spark_redaction_conf
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["FILE_SYSTEM_CHECKPOINTS", "ROCKSDB_PROVIDER", "long_run_conf", "spark_session",
-           "sql_setting"]
+__all__ = ["FILE_SYSTEM_CHECKPOINTS", "LOCAL_FILE_SYSTEM", "ROCKSDB_PROVIDER", "long_run_conf",
+           "spark_session", "sql_setting"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
@@ -49,6 +49,11 @@ driver and one per stateful task
 still written under a temporary name and renamed into place; what this gives up is ``FileContext``'s
 refusal to replace a log entry that another instance on the same checkpoint renamed into place
 in the same instant (docs/RELIABILITY.md, *Spark's checkpoint on a local file system*)."""
+LOCAL_FILE_SYSTEM = "spark.hadoop.fs.file.impl"
+"""Hadoop's class for ``file:`` paths: a local session's is ``revise.jvm.LocalFiles``, Hadoop's
+local file system setting each created file's mode with a system call where Hadoop's forks a
+``chmod`` (the two per file that ``FILE_SYSTEM_CHECKPOINTS`` leaves: eight processes per
+micro-batch of two state partitions, ``python -m benchmarks.bench_checkpoint_files``)."""
 DRIVER_MEMORY = "3g"
 """The driver JVM's largest heap (``spark.driver.memory``) unless ``$REVISE_DRIVER_MEMORY``."""
 
@@ -214,6 +219,11 @@ def spark_session(
     if master is not None and is_local_master(master):
         # Workers forked with their modules already imported (revise.spark.pydaemon).
         conf["spark.python.daemon.module"] = "revise.spark.pydaemon"
+        if own is not None and not submitted:
+            # On the driver JVM's class path from its start (spark-submit opens the local file
+            # system before it loads spark.jars); local executors run in that JVM.
+            conf["spark.driver.extraClassPath"] = str(local_files_jar_path())
+            conf[LOCAL_FILE_SYSTEM] = "revise.jvm.LocalFiles"
     conf.update(extra_conf or {})
     _add_jvm_options(conf)
     builder = SparkSession.builder.appName(app_name)

@@ -2,15 +2,19 @@
 
 Through Hadoop's ``FileSystem`` API, not ``FileContext``, which spawns a child process per
 ``chmod`` and ``readlink`` (docs/lab/benchmarks-diary.md, *An empty micro-batch and Hadoop's local
-file system*); and still atomically: each file under a temporary name, then renamed into place.
+file system*), on ``revise.jvm.LocalFiles``, which sets a new file's mode without a ``chmod``
+process; and still atomically: each file under a temporary name, then renamed into place.
 """
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 
 from revise.checkpoint import OFFSETS_LOG, STATE_DIR
-from revise.spark.session import FILE_SYSTEM_CHECKPOINTS
+from revise.spark.session import FILE_SYSTEM_CHECKPOINTS, LOCAL_FILE_SYSTEM
 
 pytestmark = [pytest.mark.spark]
 
@@ -44,3 +48,39 @@ def test_a_stateful_query_writes_its_checkpoint_through_the_file_system_api(spar
     totals = {r["k"]: r["count"] for r in spark.sql("SELECT k, max(count) AS count FROM cp_files "
                                                     "GROUP BY k").collect()}
     assert totals == {0: 20, 1: 20, 2: 20}  # counts carried across the two micro-batches
+
+
+def _local_file_system(spark):  # type: ignore[no-untyped-def]
+    jvm = spark.sparkContext._jvm
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    return jvm, jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), conf)
+
+
+def test_a_local_session_writes_files_through_revises_local_file_system(spark, tmp_path):
+    """The checkpoints' file system is LocalFiles, and its files get Hadoop's modes."""
+    assert spark.sparkContext.getConf().get(LOCAL_FILE_SYSTEM) == "revise.jvm.LocalFiles"
+    jvm, fs = _local_file_system(spark)
+    assert fs.getClass().getName() == "revise.jvm.LocalFiles"
+    assert fs.getRaw().getClass().getName() == "revise.jvm.LocalFiles$Raw"
+    # What Spark's logs do: create (the default mode, under Hadoop's umask) and rename.
+    target = tmp_path / "0"
+    out = fs.create(jvm.org.apache.hadoop.fs.Path(f"file:{tmp_path}/.0.tmp"), False)
+    out.write(bytearray(b"v1"))
+    out.close()
+    fs.rename(jvm.org.apache.hadoop.fs.Path(f"file:{tmp_path}/.0.tmp"),
+              jvm.org.apache.hadoop.fs.Path(f"file:{target}"))
+    assert target.read_bytes() == b"v1"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644  # 0666 under the default umask 022
+    assert stat.S_IMODE((tmp_path / ".0.crc").stat().st_mode) == 0o644  # renamed with it
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o755, 0o777, 0o000, 0o1777])
+def test_local_files_sets_each_mode_as_chmod_would(spark, tmp_path, mode):
+    """Every permission bit lands where chmod puts it; the sticky bit goes to Hadoop's path."""
+    jvm, fs = _local_file_system(spark)
+    path = tmp_path / "d" if mode & 0o1000 else tmp_path / "f"
+    path.mkdir() if mode & 0o1000 else path.write_bytes(b"x")
+    os.chmod(path, 0o421)  # something else first
+    permission = jvm.org.apache.hadoop.fs.permission.FsPermission(f"{mode:03o}")
+    fs.getRaw().setPermission(jvm.org.apache.hadoop.fs.Path(f"file:{path}"), permission)
+    assert stat.S_IMODE(path.stat().st_mode) == mode

@@ -63,6 +63,13 @@ def test_revise_jar_compiled_once_and_named_by_its_sources(
     assert jar.parent == tmp_path / "revise" and jar.name.startswith("revise-jvm-")
     with zipfile.ZipFile(jar) as z:
         assert "revise/jvm/FastParse.class" in z.namelist()
+        assert not [n for n in z.namelist() if n.startswith(jars.LOCAL_FILES_CLASSES)]
+    # LocalFiles alone in its own jar (the driver's class path), named by the same sources
+    fs_jar = jars.local_files_jar_path()
+    assert fs_jar.parent == jar.parent and fs_jar.name == jar.name.replace("-jvm-", "-fs-")
+    with zipfile.ZipFile(fs_jar) as z:
+        assert sorted(z.namelist()) == ["META-INF/MANIFEST.MF", "revise/jvm/LocalFiles$Raw.class",
+                                        "revise/jvm/LocalFiles.class"]
     built = jar.stat().st_mtime_ns
     assert jars.build_revise_jar() == jar and jar.stat().st_mtime_ns == built
     # Changed sources: a new name (a cluster never keeps a stale copy); the old jar stays for
@@ -72,7 +79,8 @@ def test_revise_jar_compiled_once_and_named_by_its_sources(
     monkeypatch.setattr(jars, "_java_sources", lambda: changed)
     again = jars.build_revise_jar()
     assert again != jar and again.is_file() and jar.is_file()
-    assert sorted(p.name for p in jar.parent.iterdir()) == sorted([jar.name, again.name])
+    assert sorted(p.name for p in jar.parent.iterdir()) == sorted(
+        [jar.name, again.name, fs_jar.name, jars.local_files_jar_path().name])
     # Sources that do not compile say why.
     monkeypatch.setattr(jars, "_java_sources", lambda: [("revise/jvm/Bad.java", b"class {")])
     with pytest.raises(InfraError, match="javac could not compile"):
