@@ -28,9 +28,9 @@ from revise.records import DEAD_LETTER_SCHEMA, revision_schema
 from revise.spark.close_all import close_all_due, input_end_of_task
 from revise.spark.output import REVISIONS_ONLY, MessageKinds, encode_output, stamp
 from revise.spark.shard_state import (
-    BASE_DDL,
-    LOG_DDL,
-    META_DDL,
+    BASE_SCHEMA,
+    LOG_SCHEMA,
+    META_SCHEMA,
     EngineCache,
     Meta,
     Step,
@@ -134,9 +134,9 @@ class ShardProcessor(_StatefulProcessor):
     def init(self, handle: Any) -> None:
         """Spark's hook: declare the shard's state variables."""
         self._handle = handle
-        self._meta = handle.getValueState("meta", META_DDL)
-        self._base = handle.getListState("base", BASE_DDL)
-        self._log = handle.getListState("log", LOG_DDL)
+        self._meta = handle.getValueState("meta", META_SCHEMA)
+        self._base = handle.getListState("base", BASE_SCHEMA)
+        self._log = handle.getListState("log", LOG_SCHEMA)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: Any) -> Iterator[pd.DataFrame]:

@@ -43,6 +43,7 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from revise.config import EngineConfig
 from revise.engine import Engine, InputBatch
@@ -50,11 +51,11 @@ from revise.record_batches import LateBatch, RevisionBatch
 
 __all__ = [
     "BASE_CHUNK_BYTES",
-    "BASE_DDL",
+    "BASE_SCHEMA",
     "CACHED_SHARDS",
-    "LOG_DDL",
+    "LOG_SCHEMA",
     "MAX_LOG_ENTRIES",
-    "META_DDL",
+    "META_SCHEMA",
     "EngineCache",
     "Meta",
     "Stamp",
@@ -67,10 +68,16 @@ __all__ = [
     "skip_applied",
 ]
 
-META_DDL: Final = ("base_id STRING, log_entries BIGINT, log_records BIGINT, tail STRING, "
-                   "timer_ms BIGINT")
-BASE_DDL: Final = "chunk BINARY"
-LOG_DDL: Final = "nonce STRING, step BINARY"
+META_SCHEMA: Final = StructType([
+    StructField("base_id", StringType()), StructField("log_entries", LongType()),
+    StructField("log_records", LongType()), StructField("tail", StringType()),
+    StructField("timer_ms", LongType()),
+])
+BASE_SCHEMA: Final = StructType([StructField("chunk", BinaryType())])
+LOG_SCHEMA: Final = StructType([StructField("nonce", StringType()),
+                                StructField("step", BinaryType())])
+"""The state variables' schemas, as types: given as DDL text, pyspark would ask the JVM to
+parse each one twice per task (a round trip each)."""
 
 BASE_CHUNK_BYTES: Final = 8 << 20
 """A base snapshot is stored in chunks of at most this many bytes (one state value each)."""
@@ -98,7 +105,7 @@ class Stamp(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Meta:
-    """The shard's ``meta`` value (:data:`META_DDL`)."""
+    """The shard's ``meta`` value (:data:`META_SCHEMA`)."""
 
     base_id: str
     log_entries: int
