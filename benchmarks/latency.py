@@ -145,6 +145,8 @@ def _start(system: str, args: argparse.Namespace, bootstrap: str, topics: dict[s
             argv += ["--trigger", f"{args.trigger_ms}ms"]
         if args.shuffle_partitions is not None:
             argv += ["--shuffle-partitions", str(args.shuffle_partitions)]
+        if args.shards is not None:
+            argv += ["--shards", str(args.shards)]
         if system == "revise-every-batch":
             argv += ["--delta-commit-interval", "0s"]
         return CliRun(argv, cwd=work, log=work / "job.log")
@@ -290,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--shuffle-partitions", type=int,
                     help="revise run --shuffle-partitions (stateful tasks per batch)")
+    ap.add_argument("--shards", type=int,
+                    help="revise run --shards (Python calls per batch, over the tasks)")
     ap.add_argument("--trigger-ms", type=int,
                     help="micro-batch interval of both systems (default: revise's own, "
                          f"{DEFAULT_TRIGGER_MS} ms)")
