@@ -18,8 +18,7 @@ child process, since ``fs.file.impl`` is fixed once a JVM has opened the local f
   not used by revise, because RocksDB's snapshot upload needs the checksummed one.
 
 The figure includes a py4j round trip per call (a fraction of a millisecond).
-docs/lab/benchmarks-diary.md, *An empty micro-batch and Hadoop's local file system*, has the
-results.
+docs/BENCHMARKS.md (*Every benchmark module*) has today's figures.
 """
 
 from __future__ import annotations

@@ -54,6 +54,8 @@ LOCAL_FILE_SYSTEM = "spark.hadoop.fs.file.impl"
 local file system setting each created file's mode with a system call where Hadoop's forks a
 ``chmod`` (the two per file that ``FILE_SYSTEM_CHECKPOINTS`` leaves: eight processes per
 micro-batch of two state partitions, ``python -m benchmarks.bench_checkpoint_files``)."""
+LOCAL_FILES = "revise.jvm.LocalFiles"
+DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
 DRIVER_MEMORY = "3g"
 """The driver JVM's largest heap (``spark.driver.memory``) unless ``$REVISE_DRIVER_MEMORY``."""
 
@@ -220,11 +222,15 @@ def spark_session(
         # Workers forked with their modules already imported (revise.spark.pydaemon).
         conf["spark.python.daemon.module"] = "revise.spark.pydaemon"
         if own is not None and not submitted:
-            # On the driver JVM's class path from its start (spark-submit opens the local file
-            # system before it loads spark.jars); local executors run in that JVM.
-            conf["spark.driver.extraClassPath"] = str(local_files_jar_path())
-            conf[LOCAL_FILE_SYSTEM] = "revise.jvm.LocalFiles"
+            conf[LOCAL_FILE_SYSTEM] = LOCAL_FILES
     conf.update(extra_conf or {})
+    if conf.get(LOCAL_FILE_SYSTEM) == LOCAL_FILES:
+        # On the driver JVM's class path from its start (spark-submit opens the local file
+        # system before it loads spark.jars), after any the caller gave; local executors run
+        # in that JVM.
+        given = conf.get(DRIVER_CLASS_PATH)
+        conf[DRIVER_CLASS_PATH] = os.pathsep.join(
+            [*([given] if given else []), str(local_files_jar_path())])
     _add_jvm_options(conf)
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
