@@ -2,9 +2,7 @@ package revise.jvm;
 
 import java.io.IOException;
 import java.nio.file.Files;
-import java.nio.file.attribute.PosixFilePermission;
-import java.util.EnumSet;
-import java.util.Set;
+import java.nio.file.attribute.PosixFilePermissions;
 import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.RawLocalFileSystem;
@@ -28,13 +26,6 @@ public final class LocalFiles extends LocalFileSystem {
 
   /** {@link RawLocalFileSystem} with {@link #setPermission} through {@code java.nio}. */
   static final class Raw extends RawLocalFileSystem {
-    private static final PosixFilePermission[] BITS = {
-      PosixFilePermission.OTHERS_EXECUTE, PosixFilePermission.OTHERS_WRITE,
-      PosixFilePermission.OTHERS_READ, PosixFilePermission.GROUP_EXECUTE,
-      PosixFilePermission.GROUP_WRITE, PosixFilePermission.GROUP_READ,
-      PosixFilePermission.OWNER_EXECUTE, PosixFilePermission.OWNER_WRITE,
-      PosixFilePermission.OWNER_READ,
-    };
     private static final int SPECIAL_BITS = 07000;
 
     @Override
@@ -44,17 +35,9 @@ public final class LocalFiles extends LocalFileSystem {
         super.setPermission(p, permission);
         return;
       }
-      Files.setPosixFilePermissions(pathToFile(p).toPath(), posix(mode));
-    }
-
-    static Set<PosixFilePermission> posix(int mode) {
-      Set<PosixFilePermission> set = EnumSet.noneOf(PosixFilePermission.class);
-      for (int bit = 0; bit < BITS.length; bit++) {
-        if ((mode & (1 << bit)) != 0) {
-          set.add(BITS[bit]);
-        }
-      }
-      return set;
+      // Without special bits, FsPermission's text is the nine rwx letters chmod would show.
+      Files.setPosixFilePermissions(
+          pathToFile(p).toPath(), PosixFilePermissions.fromString(permission.toString()));
     }
   }
 }
