@@ -5,8 +5,9 @@ The shape of the 1M-key daily workload: every micro-batch brings ``--records`` r
 updates the others, and its windows are spread over the whole table. The same revisions
 (revise's engine, EARLY only: nothing closes) go to three ``latest`` tables side by side:
 
-- ``delta-rs``: revise's own MERGE (``DeltaTables.write_batch``, in the foreground),
-  copy-on-write: it rewrites every file holding a window it updates;
+- ``revise``: revise's own MERGE (``DeltaTables.write_batch``, in the foreground): deletion
+  vectors mark the rows it replaces, its rows go into one new file
+  (``sinks.latest_merge``);
 - ``spark-cow``: Spark's Delta MERGE with the same condition and clauses, copy-on-write;
 - ``spark-dv``: the same MERGE on a table with deletion vectors
   (``delta.enableDeletionVectors``): an updated row is marked deleted in its file's vector and
@@ -34,7 +35,7 @@ import numpy as np
 __all__ = ["main"]
 
 _T0 = 1_700_006_400_000  # midnight UTC: every record of the run falls in one daily window
-_DESIGNS = ("delta-rs", "spark-cow", "spark-dv")
+_DESIGNS = ("revise", "spark-cow", "spark-dv")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,7 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--keys", type=int, default=1_000_000)
     p.add_argument("--records", type=int, default=100_000, help="records per batch")
     p.add_argument("--batches", type=int, default=20)
+    p.add_argument("--designs", default=",".join(_DESIGNS),
+                   help=f"comma-separated, of {', '.join(_DESIGNS)} (revise always runs)")
     args = p.parse_args(argv)
+    args.designs = ["revise", *(d for d in args.designs.split(",") if d in _DESIGNS[1:])]
 
     from revise.spark.session import spark_session
 
@@ -62,15 +66,16 @@ def _run(spark: Any, args: argparse.Namespace, work: Path) -> None:
     from revise.config import EngineConfig, WindowSpec
     from revise.engine import Engine, InputBatch
     from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA
+    from sinks.delta_log import read_snapshot
     from sinks.delta_tables import DeltaTables
     from sinks.latest_merge import highest_per_window
 
     engine = Engine(EngineConfig(WindowSpec.parse("tumbling:24h"), 3_600_000, query_id="bench"))
     rng = np.random.default_rng(7)
     names = np.array([f"key-{i:07d}" for i in range(args.keys)], dtype=object)
-    tables = DeltaTables(str(work / "delta-rs")).ensure()
+    tables = DeltaTables(str(work / "revise")).ensure()
     rs_latest = tables.table_path("latest")
-    paths = {"spark-cow": str(work / "spark-cow"), "spark-dv": str(work / "spark-dv")}
+    paths = {d: str(work / d) for d in args.designs if d != "revise"}
     for design, path in paths.items():
         dv = "true" if design == "spark-dv" else "false"
         spark.sql(f"CREATE TABLE delta.`{path}` USING delta "
@@ -79,7 +84,7 @@ def _run(spark: Any, args: argparse.Namespace, work: Path) -> None:
     late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
     print(f"{args.keys:,} keys, {args.records:,} records a batch into one daily window; "
           "MERGE seconds per design")
-    print(f"{'batch':>5} {'latest rows':>11} " + " ".join(f"{d:>10}" for d in _DESIGNS))
+    print(f"{'batch':>5} {'latest rows':>11} " + " ".join(f"{d:>10}" for d in args.designs))
     for b in range(args.batches):
         ts = _T0 + rng.integers(0, 3_600_000, args.records)
         batch = InputBatch.from_arrays(names[rng.integers(0, args.keys, args.records)], ts,
@@ -87,19 +92,23 @@ def _run(spark: Any, args: argparse.Namespace, work: Path) -> None:
         revisions = engine.process(batch, watermark_ms=0, batch_id=b,
                                    now_ms=int(time.time() * 1000)).revisions.to_arrow()
         tables.write_batch("bench", b, revisions, late, dead)
-        seconds = {"delta-rs": tables.last_timings.latest if tables.last_timings else 0.0}
-        source = spark.createDataFrame(highest_per_window(revisions)).cache()
-        source.count()  # built before the clock starts, as revise's tasks hand it over
-        source.createOrReplaceTempView("source")
-        for design, path in paths.items():
-            t0 = time.perf_counter()
-            spark.sql(_spark_merge(path))
-            seconds[design] = time.perf_counter() - t0
-        source.unpersist()
-        rows = spark.read.format("delta").load(paths["spark-cow"]).count()
-        print(f"{b:>5} {rows:>11,} " + " ".join(f"{seconds[d]:>9.2f}s" for d in _DESIGNS),
-              flush=True)
-    _read_back(spark, {"delta-rs": rs_latest, **paths})
+        seconds = {"revise": tables.last_timings.latest if tables.last_timings else 0.0}
+        if paths:
+            source = spark.createDataFrame(highest_per_window(revisions)).cache()
+            source.count()  # built before the clock starts, as revise's tasks hand it over
+            source.createOrReplaceTempView("source")
+            for design, path in paths.items():
+                t0 = time.perf_counter()
+                spark.sql(_spark_merge(path))
+                seconds[design] = time.perf_counter() - t0
+            source.unpersist()
+        files = read_snapshot(rs_latest).files
+        physical = sum(f.num_records or 0 for f in files)
+        rows = physical - sum(f.deletion_vector["cardinality"] for f in files
+                              if f.deletion_vector)
+        print(f"{b:>5} {rows:>11,} " + " ".join(f"{seconds[d]:>9.2f}s" for d in args.designs)
+              + f"   revise: {len(files)} files, {physical:,} rows held", flush=True)
+    _read_back(spark, {"revise": rs_latest, **paths})
 
 
 def _spark_merge(path: str) -> str:

@@ -1,11 +1,9 @@
-"""The files of the Delta tables over an unbounded run: bounded ``latest`` files, compacted history.
+"""The files of the Delta tables over an unbounded run: compacted history, bounded logs.
 
 :class:`sinks.delta_tables.DeltaTables` writes a micro-batch; this module keeps what those
-writes leave behind from growing with the run:
+writes leave behind from growing with the run (``latest``'s MERGEs keep its own files
+bounded: :mod:`sinks.latest_merge`):
 
-- ``latest`` is rewritten by a MERGE every micro-batch, and a MERGE rewrites each file holding
-  a row it updates. :func:`bound_latest_files` sets :data:`LATEST_FILE_SIZE_KEY` so that its
-  files stay small and each holds a narrow range of window starts.
 - The history tables (``revisions``, ``late``, ``dead_letter``) gain a file or two per
   micro-batch; :class:`HistoryCompactor` compacts each of them every
   :data:`COMPACT_HISTORY_EVERY` appends, in a background thread.
@@ -27,17 +25,15 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Final
 
+from sinks.delta_log import local_folder
+
 __all__ = [
     "COMPACT_HISTORY_EVERY",
     "DELTA_LOG_RETENTION_MS",
-    "EARLIER_LATEST_FILE_BYTES",
     "HISTORY_FILE_BYTES",
-    "LATEST_FILE_BYTES",
-    "LATEST_FILE_SIZE_KEY",
     "LOG_RETENTION_KEY",
     "MIN_LOG_RETENTION_MS",
     "HistoryCompactor",
-    "bound_latest_files",
     "local_path",
     "log_retention_ms",
     "log_retention_value",
@@ -47,23 +43,6 @@ __all__ = [
 
 log = logging.getLogger("revise.delta")
 
-LATEST_FILE_SIZE_KEY: Final = "delta.targetFileSize"
-LATEST_FILE_BYTES: Final = 2 * 2**20
-"""Bounds the files of ``latest`` (2 MiB), which is what keeps a MERGE's cost bounded.
-
-A MERGE rewrites every file holding a row it updates (copy-on-write). delta-rs writes a
-MERGE's output in the order it read it, new windows last, so files cut at this size each hold
-a narrow range of window starts, and the MERGE's ``window_start_ms`` range skips all but the
-few recent ones. With one unbounded file (delta-rs's default is 100 MiB, far above a small
-table), each MERGE that finalised the windows of the batch before rewrote the whole table:
-an unbounded run's MERGE grew with every window it ever wrote (425 ms at 692k rows and still
-growing, against 55–134 ms with an 8 MiB bound: ``python -m benchmarks.bench_latest_merge``).
-The newest file still grows up to the bound and is rewritten by every MERGE until it is cut:
-2 MiB copies about a quarter of the rows 8 MiB did (39–68 ms against 57–156 ms a MERGE up to
-951k rows, compactions aside; same benchmark with ``--file-mib 2``; docs/lab/benchmarks-diary.md).
-"""
-EARLIER_LATEST_FILE_BYTES: Final = (8 * 2**20,)
-"""Bounds an earlier revise gave ``latest``: replaced by :data:`LATEST_FILE_BYTES` at start."""
 COMPACT_HISTORY_EVERY: Final = 100
 """Compact a history table (``revisions``, ``late``, ``dead_letter``) after this many appends.
 
@@ -108,9 +87,8 @@ def local_path(path: str) -> str | None:
 
     None: a URI of another scheme, an object store (``s3://``, ``gs://``, ``abfss://`` …).
     """
-    if "://" not in path:
-        return path
-    return path.removeprefix("file://") if path.startswith("file://") else None
+    folder = local_folder(path)
+    return None if folder is None else str(folder)
 
 
 def log_retention_value(ms: int) -> str:
@@ -166,22 +144,6 @@ def retain_logs(paths: Iterable[str], ms: int, storage_options: dict[str, str] |
             table.alter.set_table_properties({LOG_RETENTION_KEY: want})
             changed.append(path)
     return changed
-
-
-def bound_latest_files(path: str, storage_options: dict[str, str] | None) -> None:
-    """Bound the files of the ``latest`` table at ``path`` unless it has a bound of its own.
-
-    Sets :data:`LATEST_FILE_SIZE_KEY` to :data:`LATEST_FILE_BYTES` on a ``latest`` created by
-    an earlier revise (without the property, or with one of :data:`EARLIER_LATEST_FILE_BYTES`),
-    in one metadata commit (its next MERGEs then cut its files); any other value is a user's
-    and is kept.
-    """
-    from deltalake import DeltaTable
-
-    latest = DeltaTable(path, storage_options=storage_options)
-    have = latest.metadata().configuration.get(LATEST_FILE_SIZE_KEY)
-    if have is None or have in {str(b) for b in EARLIER_LATEST_FILE_BYTES}:
-        latest.alter.set_table_properties({LATEST_FILE_SIZE_KEY: str(LATEST_FILE_BYTES)})
 
 
 class HistoryCompactor:

@@ -1,7 +1,7 @@
 """What each of revise's Delta tables is: its Arrow schema and its Delta table properties.
 
 ``revisions``, ``late`` and ``dead_letter`` are append-only histories; ``latest`` holds one row
-per window and is rewritten by MERGEs (:mod:`sinks.delta_tables` writes them all).
+per window, changed by MERGEs with deletion vectors (:mod:`sinks.delta_tables` writes them all).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import pyarrow as pa
 from revise.errors import ReviseError
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.vocab import TABLE_NAMES
-from sinks.delta_layout import LATEST_FILE_BYTES, LATEST_FILE_SIZE_KEY
 
 __all__ = ["TABLE_PROPERTIES", "DeltaSchemaError", "arrow_schema"]
 
@@ -25,7 +24,7 @@ TABLE_PROPERTIES: Final[Mapping[str, Mapping[str, str]]] = {
     "late": _APPEND_ONLY,
     "dead_letter": _APPEND_ONLY,
     # Many small MERGE commits: checkpoint the log often so snapshots stay cheap to load.
-    "latest": {"delta.checkpointInterval": "10", LATEST_FILE_SIZE_KEY: str(LATEST_FILE_BYTES)},
+    "latest": {"delta.checkpointInterval": "10"},
 }
 """Each table's Delta properties, set when the table is created."""
 

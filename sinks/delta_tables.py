@@ -66,7 +66,6 @@ from sinks.delta_files import DataFile
 from sinks.delta_history import HistoryWriter, history_rows, write_rows
 from sinks.delta_layout import (
     LOG_RETENTION_KEY,
-    bound_latest_files,
     log_retention_value,
     longest_log_retention_ms,
     retain_logs,
@@ -74,7 +73,7 @@ from sinks.delta_layout import (
 from sinks.delta_schema import TABLE_PROPERTIES, DeltaSchemaError, arrow_schema
 from sinks.delta_txn import AfterWrite, DeltaRoot, DeltaWriteError, app_id
 from sinks.file_stage import FileStage
-from sinks.latest_merge import LatestTable, MergeRunner
+from sinks.latest_merge import LatestTable, MergeRunner, enable_deletion_vectors
 from sinks.latest_merger import REST_RATIO
 
 __all__ = [
@@ -166,8 +165,8 @@ class DeltaTables:
 
         ``latest`` is created last so every other table exists at any of its commit times
         (used by time travel in :func:`register_views`). An existing table is left as it is,
-        except that a ``latest`` without its file bound (created by an earlier revise) gets it
-        (:func:`~sinks.delta_layout.bound_latest_files`), and that every table gets the
+        except that a ``latest`` without deletion vectors (created by an earlier revise) gets
+        them (:func:`~sinks.latest_merge.enable_deletion_vectors`), and that every table gets the
         log retention this writer was given, if any
         (:func:`~sinks.delta_layout.retain_logs`).
 
@@ -189,7 +188,7 @@ class DeltaTables:
                 configuration={**TABLE_PROPERTIES[table], **retention},
                 storage_options=self.storage_options,
             )
-        bound_latest_files(self.table_path("latest"), self.storage_options)
+        enable_deletion_vectors(self.table_path("latest"), self.storage_options)
         if self.log_retention_ms is not None:
             changed = retain_logs(map(self.table_path, tables), self.log_retention_ms,
                                   self.storage_options)

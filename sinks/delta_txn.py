@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 
 from revise.errors import ReviseError
+from sinks.delta_log import CommitConflict
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable as RustDeltaTable
@@ -108,8 +109,9 @@ class DeltaRoot:
             props = CommitProperties(app_transactions=[Transaction(app_id, batch_id)])
             try:
                 return time.perf_counter() - t0 if write(target, props, done) else 0.0
-            except (CommitFailedError, FileNotFoundError) as e:
-                # CommitFailedError: a concurrent commit won (perhaps this very batch, by a
+            except (CommitFailedError, CommitConflict, FileNotFoundError) as e:
+                # CommitFailedError, CommitConflict (a commit of revise's own,
+                # sinks.delta_log): a concurrent commit won (perhaps this very batch, by a
                 # zombie). FileNotFoundError: a log file went away under this writer, which
                 # happens after the commit when its expired-log cleanup races another writer's
                 # (the history compaction's) deleting the same file; seen with a short

@@ -1,10 +1,5 @@
 """The files of the Delta tables over an unbounded run (delta-rs).
 
-``latest``'s bounded files: a MERGE copies the recent files, not the whole table. An unbounded
-run's ``latest`` grows with every window it ever wrote; each micro-batch's MERGE finalises
-windows written by the MERGE before. With one unbounded file that MERGE rewrote the whole table
-every batch.
-
 The history tables' compaction: a file or two per micro-batch would be ~170,000 a day.
 """
 
@@ -25,8 +20,6 @@ from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.vocab import TABLE_NAMES
 from sinks.delta_layout import (
     DELTA_LOG_RETENTION_MS,
-    LATEST_FILE_BYTES,
-    LATEST_FILE_SIZE_KEY,
     LOG_RETENTION_KEY,
     log_retention_ms,
     log_retention_value,
@@ -67,70 +60,6 @@ def _revisions(starts: list[int], revision: int, final: bool, rng: np.random.Gen
     return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(cols, REVISION_SCHEMA,
                                                                 strict=True)],
                                 schema=REVISION_SCHEMA)
-
-
-def _last_merge_copied(path: str) -> int:
-    """Rows the newest MERGE of ``latest`` copied unchanged (rewritten files' other rows)."""
-    for op in DeltaTable(path).history(5):
-        if op.get("operation") == "MERGE":
-            return int(op["operationMetrics"]["num_target_rows_copied"])
-    raise AssertionError("no MERGE in latest's recent history")
-
-
-def test_a_merge_copies_the_recent_files_not_the_whole_table(tmp_path):
-    tables = DeltaTables(str(tmp_path)).ensure()
-    rng = np.random.default_rng(1)
-    late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
-    per_batch = 5  # new windows per key and batch; the batch also finalises the 5 before
-    batches = 36
-    for b in range(batches):
-        new = [(b * per_batch + i) * WINDOW_MS for i in range(per_batch)]
-        parts = [_revisions(new, 0, False, rng)]
-        if b:
-            parts.append(_revisions([s - per_batch * WINDOW_MS for s in new], 1, True, rng))
-        tables.write_batch("q", b, pa.concat_tables(parts), late, dead)
-    path = tables.table_path("latest")
-    latest = DeltaTable(path)
-    rows = latest.to_pyarrow_dataset().count_rows()
-    assert rows == batches * per_batch * KEYS
-    assert len(latest.file_uris()) >= 3, "latest should be cut into several files"
-    # The last MERGE updated 5,000 rows of the batch before and inserted 5,000: it rewrote
-    # the file(s) holding those, not the ~175,000 rows of older, final windows.
-    assert _last_merge_copied(path) < rows // 2, (_last_merge_copied(path), rows)
-    finals = pc.sum(latest.to_pyarrow_table(columns=["is_final"])["is_final"].cast(
-        pa.int64())).as_py()
-    assert finals == (batches - 1) * per_batch * KEYS
-
-
-def test_ensure_bounds_latest_files_and_keeps_a_users_value(tmp_path):
-    fresh = DeltaTables(str(tmp_path / "fresh")).ensure()
-    conf = DeltaTable(fresh.table_path("latest")).metadata().configuration
-    assert conf[LATEST_FILE_SIZE_KEY] == str(LATEST_FILE_BYTES)
-
-    # A latest created by an earlier revise (no bound) gets it at the next start.
-    old = DeltaTables(str(tmp_path / "old"))
-    DeltaTable.create(old.table_path("latest"), schema=old.schema("latest"),
-                      configuration={"delta.checkpointInterval": "10"})
-    old.ensure()
-    conf = DeltaTable(old.table_path("latest")).metadata().configuration
-    assert conf[LATEST_FILE_SIZE_KEY] == str(LATEST_FILE_BYTES)
-    assert conf["delta.checkpointInterval"] == "10"
-
-    # A latest given the bound of an earlier revise (8 MiB) gets today's.
-    DeltaTable(old.table_path("latest")).alter.set_table_properties(
-        {LATEST_FILE_SIZE_KEY: str(8 * 2**20)})
-    old.ensure()
-    conf = DeltaTable(old.table_path("latest")).metadata().configuration
-    assert conf[LATEST_FILE_SIZE_KEY] == str(LATEST_FILE_BYTES) == str(2 * 2**20)
-
-    # A value the user set is theirs.
-    DeltaTable(old.table_path("latest")).alter.set_table_properties(
-        {LATEST_FILE_SIZE_KEY: str(2**19)})
-    version = DeltaTable(old.table_path("latest")).version()
-    old.ensure()
-    again = DeltaTable(old.table_path("latest"))
-    assert again.metadata().configuration[LATEST_FILE_SIZE_KEY] == str(2**19)
-    assert again.version() == version  # nothing committed
 
 
 def test_history_tables_are_compacted_in_the_background_without_changing_a_row(
@@ -195,12 +124,13 @@ def test_a_log_file_gone_under_a_commit_is_retried_and_written_once(
 
 def test_a_log_retention_is_set_on_every_table_at_start_and_kept(tmp_path):
     six_hours = 6 * 3_600_000
-    # New tables are created with it: no commit besides the creation.
+    # New tables are created with it: no commit besides the creation (and latest's deletion
+    # vectors, sinks.latest_merge).
     new = DeltaTables(str(tmp_path / "new"), log_retention_ms=six_hours).ensure()
     for name in TABLE_NAMES:
         table = DeltaTable(new.table_path(name))
         assert table.metadata().configuration[LOG_RETENTION_KEY] == "interval 6 hours", name
-        assert table.version() == 0, name
+        assert table.version() == (1 if name == "latest" else 0), name
 
     # Tables of a run without the option get it at the next start that gives it, once.
     root = str(tmp_path / "old")
@@ -209,12 +139,13 @@ def test_a_log_retention_is_set_on_every_table_at_start_and_kept(tmp_path):
                for n in TABLE_NAMES)
     DeltaTables(root, log_retention_ms=six_hours).ensure()
     versions = {n: DeltaTable(f"{root}/{n}").version() for n in TABLE_NAMES}
-    assert versions == dict.fromkeys(TABLE_NAMES, 1)
+    once = {n: 2 if n == "latest" else 1 for n in TABLE_NAMES}
+    assert versions == once
     DeltaTables(root, log_retention_ms=six_hours).ensure()
     DeltaTables(root).ensure()  # without the option: each table's value is kept
     for name in TABLE_NAMES:
         table = DeltaTable(f"{root}/{name}")
-        assert table.version() == 1, name
+        assert table.version() == once[name], name
         assert table.metadata().configuration[LOG_RETENTION_KEY] == "interval 6 hours", name
     # Another value replaces it.
     DeltaTables(root, log_retention_ms=90_000).ensure()
