@@ -16,9 +16,14 @@ Both are written by the job's driver from one micro-batch held as Arrow tables, 
   once or staged, and the commit of what a crash left staged.
 - :mod:`sinks.delta_schema` — what each table is: its Arrow schema and its Delta properties.
 - :mod:`sinks.delta_layout` — what keeps those tables' files from growing with an unbounded
-  run: ``latest``'s bounded files and the history tables' background compaction.
+  run: the history tables' background compaction, the logs' retention.
 - :mod:`sinks.latest_merge` — ``latest``'s writes: the MERGE (idempotent, self-contained, run on
-  an executor in the job), the compaction of its small files, the catch-up at every start.
+  an executor in the job; merge-on-read: deletion vectors mark the rows it replaces, and it
+  rewrites the files half deleted), the catch-up at every start.
+- :mod:`sinks.deletion_vectors` — Delta deletion vectors, written and read (delta-rs writes
+  none).
+- :mod:`sinks.delta_log` — a table's log replayed into its active files with their deletion
+  vectors, and revise's own put-if-absent commit of raw actions (``latest``'s MERGE).
 - :mod:`sinks.latest_merger` — the MERGEs in the background: one for the micro-batches that
   arrived while the last one ran (their highest revision per window), a bounded backlog, and
   a failed MERGE stopping every later one (the job's next start redoes them from

@@ -20,6 +20,7 @@ from typing import Any
 
 import oracle
 import orjson
+import pyarrow as pa
 from cli_runs import CliRun
 from deltalake import DeltaTable
 from input_records import Input, InputRecord, Parser, parse_good, parse_plain, rid
@@ -272,7 +273,9 @@ def replay(setup: JobSetup, inp: Input) -> Replay:
 
 
 def read_delta(path: str, table: str) -> list[dict[str, Any]]:
-    return DeltaTable(f"{path}/{table}").to_pyarrow_table().to_pylist()
+    """A Delta table's rows as delta-rs reads them (``scan``: ``latest``'s deletion vectors
+    applied; ``to_pyarrow_table`` refuses a table with them)."""
+    return pa.table(DeltaTable(f"{path}/{table}").scan()).to_pylist()
 
 
 @dataclass
