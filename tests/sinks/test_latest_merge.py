@@ -85,6 +85,8 @@ def test_random_batches_leave_the_highest_revision_per_window(
     history = spark.sql(
         f"DESCRIBE HISTORY delta.`{tables.table_path('latest')}`").collect()
     assert sum(h.operation == "MERGE" for h in history) == 24
+    # latest checkpoints every 10 versions: the reads above went through checkpoints.
+    assert list((delta_path / "latest" / "_delta_log").glob("*.checkpoint.parquet"))
 
 
 def test_a_merge_writes_the_batch_and_marks_the_rows_it_replaces(
