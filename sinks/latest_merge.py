@@ -329,14 +329,17 @@ def _plan(path: str, snapshot: LogSnapshot, source: pa.Table, schema: pa.Schema,
         for chunk_f, chunk_r in zip(np.split(d_file, cuts), np.split(d_row, cuts),
                                     strict=True):
             i = int(chunk_f[0])
-            deleted[i] = np.union1d(gone_before[i], chunk_r.astype(np.uint64))
+            # The rows deleted before were not live, so not matched: the two are disjoint.
+            deleted[i] = np.sort(np.concatenate([gone_before[i], chunk_r.astype(np.uint64)]))
     heavy = [i for i, d in deleted.items() if d.size >= REWRITE_DELETED_SHARE * physical[i]]
     small = [i for i, f in enumerate(files) if f.size < SMALL_FILE_BYTES]
     rewrite = sorted({*heavy, *(small if len(small) >= SMALL_FILES else [])})
     kept = [source.take(pa.array(np.flatnonzero(insert)))]
     for i in rewrite:
-        whole = pq.read_table(prefix + unquote(files[i].path), schema=schema, filesystem=fs)
         gone = deleted[i] if i in deleted else _deleted_rows(path, files[i], storage_options)
+        if gone.size == physical.get(i, -1):
+            continue  # every row deleted: nothing to carry over
+        whole = pq.read_table(prefix + unquote(files[i].path), schema=schema, filesystem=fs)
         live = np.ones(whole.num_rows, bool)
         live[gone.astype(np.int64)] = False
         kept.append(whole.filter(pa.array(live)))
