@@ -564,7 +564,7 @@ def enable_deletion_vectors(path: str, storage_options: dict[str, str] | None) -
     """Give the ``latest`` table at ``path`` Delta's ``deletionVectors`` feature, if it lacks it.
 
     A protocol upgrade (reader version 3, writer version 7) in one commit, for a new table and
-    one an earlier revise created (copy-on-write); readers older than Delta 2.3 (Spark) or
+    one an earlier revise created without the feature; readers older than Delta 2.3 (Spark) or
     delta-rs 0.17 can no longer read it. The features writer version 2 implied (``appendOnly``,
     ``invariants``) are listed with it, as Spark requires of a table-features protocol.
     """

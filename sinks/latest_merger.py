@@ -1,11 +1,11 @@
 """Step 3d of the commit in the background: MERGEs into ``latest`` that coalesce micro-batches.
 
-The job's ``latest`` MERGE is copy-on-write (delta-rs writes no deletion vectors): a MERGE
-rewrites every file holding a window it updates. When a batch's keys are spread over the whole
-table (many keys, long windows: the 1M-key daily workload) every MERGE rewrites the
-table, so its cost follows the table, not the batch, and one MERGE per micro-batch is a core
-busy with rewriting the same rows over and over. A MERGE of several batches' revisions (their
-highest revision per window) costs about as much as a MERGE of one.
+A MERGE into ``latest`` has a cost of its own besides its rows: reading the table's log and
+the window columns of the live rows its windows may be in, and one commit
+(:mod:`sinks.latest_merge`); on an object store, where it is copy-on-write, it rewrites every
+file holding a window it updates. A MERGE of several batches' revisions (their highest
+revision per window) costs far less than a MERGE of each, and one MERGE per micro-batch
+would add a Delta version to ``latest`` per micro-batch.
 
 :class:`LatestMerger` runs the MERGEs on one background thread and **coalesces** the batches
 that arrive while it works or rests:
