@@ -7,7 +7,7 @@ updates the others, and its windows are spread over the whole table. The same re
 
 - ``revise``: revise's own MERGE (``DeltaTables.write_batch``, in the foreground): deletion
   vectors mark the rows it replaces, its rows go into one new file
-  (``sinks.latest_merge``);
+  (``sinks.merge_on_read``);
 - ``spark-cow``: Spark's Delta MERGE with the same condition and clauses, copy-on-write;
 - ``spark-dv``: the same MERGE on a table with deletion vectors
   (``delta.enableDeletionVectors``): an updated row is marked deleted in its file's vector and

@@ -18,8 +18,9 @@ Both are written by the job's driver from one micro-batch held as Arrow tables, 
 - :mod:`sinks.delta_layout` — what keeps those tables' files from growing with an unbounded
   run: the history tables' background compaction, the logs' retention.
 - :mod:`sinks.latest_merge` — ``latest``'s writes: the MERGE (idempotent, self-contained, run on
-  an executor in the job; merge-on-read: deletion vectors mark the rows it replaces, and it
-  rewrites the files half deleted), the catch-up at every start.
+  an executor in the job), the catch-up at every start.
+- :mod:`sinks.merge_on_read` — that MERGE in a folder: deletion vectors mark the rows it
+  replaces, and it rewrites the files half deleted.
 - :mod:`sinks.deletion_vectors` — Delta deletion vectors, written and read (delta-rs writes
   none).
 - :mod:`sinks.delta_log` — a table's log replayed into its active files with their deletion

@@ -48,6 +48,7 @@ from pyroaring import BitMap64
 
 from revise.errors import ReviseError
 from sinks.atomic import write_atomic
+from sinks.delta_log import object_store
 
 __all__ = ["DV_FILE_PREFIX", "DeletionVectorError", "DvDescriptor", "deserialize_rows",
            "read_deletion_vector", "serialize_rows", "write_deletion_vectors", "z85_decode",
@@ -332,7 +333,7 @@ def write_deletion_vectors(table_path: str, rows: Sequence[npt.NDArray[np.intege
     if "://" in table_path:
         # delta-rs's stream takes only bytes, and pyarrow hands a write over as a Buffer
         # unless it goes through a buffered stream's buffer: so chunks shorter than that buffer
-        with _store(table_path, storage_options).open_output_stream(
+        with object_store(table_path, storage_options).open_output_stream(
                 name, buffer_size=2 * _STORE_CHUNK) as f:
             for start in range(0, len(content), _STORE_CHUNK):
                 f.write(content[start:start + _STORE_CHUNK])
@@ -409,7 +410,7 @@ def _read_file_dv(table_path: str, dv: DvDescriptor,
             f.seek(offset)
             raw = f.read(length)
     else:
-        with _store(root, storage_options).open_input_file(relative) as f:
+        with object_store(root, storage_options).open_input_file(relative) as f:
             raw = f.read_at(length, offset)
     if len(raw) != length:
         msg = (f"{where}: the file ends {len(raw)} bytes after the offset, expected "
@@ -439,12 +440,3 @@ def _uuid_of(path_or_inline_dv: str) -> uuid.UUID:
                f"{_UUID_CHARS} Z85 characters of a UUID; fix the descriptor")
         raise DeletionVectorError(msg)
     return uuid.UUID(bytes=z85_decode(path_or_inline_dv[-_UUID_CHARS:]))
-
-
-def _store(root: str, storage_options: Mapping[str, str] | None) -> Any:
-    """A pyarrow file system over delta-rs's object store rooted at the URI ``root``."""
-    import pyarrow.fs as pafs
-    from deltalake.fs import DeltaStorageHandler
-
-    return pafs.PyFileSystem(DeltaStorageHandler(
-        root, dict(storage_options) if storage_options else None))

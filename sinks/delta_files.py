@@ -56,6 +56,7 @@ import pyarrow.parquet as pq
 
 from revise.errors import ReviseError
 from sinks.atomic import write_atomic
+from sinks.delta_log import object_store
 from sinks.delta_txn import DeltaRoot
 
 if TYPE_CHECKING:
@@ -192,11 +193,7 @@ def read_data_files(table_path: str, files: Sequence[DataFile], schema: pa.Schem
     if not files:
         return schema.empty_table()
     if "://" in table_path:
-        import pyarrow.fs as pafs
-        from deltalake.fs import DeltaStorageHandler
-
-        fs: Any = pafs.PyFileSystem(DeltaStorageHandler(
-            table_path, dict(storage_options) if storage_options else None))
+        fs: Any = object_store(table_path, storage_options)
         paths = [f.path for f in files]
     else:
         fs, paths = None, [str(Path(table_path) / f.path) for f in files]
@@ -213,11 +210,7 @@ def _parquet_writer(rows: pa.Table) -> Callable[[BinaryIO], None]:
 def _write_to_store(table_uri: str, name: str, rows: pa.Table,
                     storage_options: Mapping[str, str] | None) -> tuple[int, int]:
     """Put the file through delta-rs's object store; its (size, modification time in ms)."""
-    import pyarrow.fs as pafs
-    from deltalake.fs import DeltaStorageHandler
-
-    fs = pafs.PyFileSystem(DeltaStorageHandler(
-        table_uri, dict(storage_options) if storage_options else None))
+    fs = object_store(table_uri, storage_options)
     with fs.open_output_stream(name) as f:
         pq.write_table(rows, f, **PARQUET_OPTIONS)
     info = fs.get_file_info(name)

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
 __all__ = ["ActiveFile", "CommitConflict", "DeltaLogError", "LogSnapshot", "commit_actions",
-           "local_folder", "read_snapshot"]
+           "local_folder", "object_store", "read_snapshot"]
 
 LOG_DIR: Final = "_delta_log"
 _COMMIT_RE: Final = re.compile(r"(\d{20})\.json")
@@ -325,13 +325,7 @@ class _Log:
                  storage_options: Mapping[str, str] | None) -> None:
         self.root = root
         self.table_uri = table_uri
-        self.fs: Any = None
-        if root is None:
-            import pyarrow.fs as pafs
-            from deltalake.fs import DeltaStorageHandler
-
-            self.fs = pafs.PyFileSystem(DeltaStorageHandler(
-                table_uri, dict(storage_options) if storage_options else None))
+        self.fs: Any = None if root is not None else object_store(table_uri, storage_options)
 
     def where(self, name: str) -> str:
         """The path or URI of ``_delta_log/<name>`` for messages."""
@@ -366,6 +360,19 @@ class _Log:
         if self.root is not None:
             return pq.ParquetFile(str(self.root / LOG_DIR / name))
         return pq.ParquetFile(self.fs.open_input_file(f"{LOG_DIR}/{name}"))
+
+
+def object_store(table_uri: str, storage_options: Mapping[str, str] | None) -> Any:
+    """A pyarrow file system over delta-rs's object store rooted at ``table_uri``.
+
+    The store and the credentials delta-rs itself uses for the table (``storage_options``;
+    None reads the environment), for files revise reads and writes beside delta-rs's.
+    """
+    import pyarrow.fs as pafs
+    from deltalake.fs import DeltaStorageHandler
+
+    return pafs.PyFileSystem(DeltaStorageHandler(
+        table_uri, dict(storage_options) if storage_options else None))
 
 
 def local_folder(table_path: str) -> Path | None:

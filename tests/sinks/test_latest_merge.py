@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
-from sinks import latest_merge
+from sinks import latest_merge, merge_on_read
 from sinks.delta_log import read_snapshot
 from sinks.delta_tables import DeltaTables
 
@@ -55,7 +55,7 @@ def test_random_batches_leave_the_highest_revision_per_window(
     if store == "object store":  # delta-rs's copy-on-write MERGE, as on s3://
         monkeypatch.setattr(latest_merge, "local_folder", lambda _path: None)
     # Small thresholds so that the run rewrites files often, both ways.
-    monkeypatch.setattr(latest_merge, "SMALL_FILES", 3)
+    monkeypatch.setattr(merge_on_read, "SMALL_FILES", 3)
     rng = np.random.default_rng(11)
     tables = DeltaTables(str(delta_path)).ensure()
     model: dict[tuple[str, int], int] = {}  # the highest revision seen per window
@@ -121,7 +121,7 @@ def test_a_merge_writes_the_batch_and_marks_the_rows_it_replaces(
 def test_small_files_are_gathered_without_changing_the_rows(
     spark, delta_path, make_revision, monkeypatch,
 ):
-    monkeypatch.setattr(latest_merge, "SMALL_FILES", 2)
+    monkeypatch.setattr(merge_on_read, "SMALL_FILES", 2)
     tables = DeltaTables(str(delta_path)).ensure()
     for b in range(4):  # new windows each batch: every MERGE adds a small file
         _write(tables, make_revision, [(k, b, 0, False) for k in "abc"], b)
@@ -155,7 +155,7 @@ def test_a_merge_that_loses_the_race_for_its_version_reads_again(
     zombie = DeltaTables(str(delta_path)).ensure()
     successor = DeltaTables(str(delta_path))
     _write(successor, make_revision, [("a", 0, 0, False), ("b", 0, 0, False)], 0)
-    real = latest_merge.read_snapshot
+    real = merge_on_read.read_snapshot
     reads = []
 
     def stale_then_real(path, **kw):
@@ -165,7 +165,7 @@ def test_a_merge_that_loses_the_race_for_its_version_reads_again(
             _write(successor, make_revision, [("a", 0, 1, False)], 1)
         return snapshot
 
-    monkeypatch.setattr(latest_merge, "read_snapshot", stale_then_real)
+    monkeypatch.setattr(merge_on_read, "read_snapshot", stale_then_real)
     _write(zombie, make_revision, [("a", 0, 1, False), ("c", 0, 0, False)], 1)
     assert reads[0] == reads[1]  # both planned on the same version
     # The zombie's plan (with window c) lost version v + 1 to the successor's, whole.
