@@ -31,7 +31,9 @@ tree (driver JVM, Python driver and Python workers) and of each of the three
 (``peak_rss_jvm_driver_workers_mb``), and the CPU seconds each of those three spent
 (``cpu_s``; :mod:`benchmarks.proc_tree`): on a machine whose cores the run keeps busy, throughput
 follows the CPU work, so this says which side a variant's extra time is spent on
-(``--jvm-threads``: the JVM's by thread group, ``cpu_jvm_threads_s``). Ratios are
+(``--jvm-threads``: the JVM's by thread group, ``cpu_jvm_threads_s``). On a standalone
+cluster (``REVISE_SPARK_MASTER=spark://…``) the executors are processes apart: their JVMs' and
+Python workers' CPU seconds are ``cpu_executors_s``. Ratios are
 of figures measured side by side in the same run; ``--repeat N`` runs N rounds of all variants
 round-robin and reports each variant's median run.
 """
@@ -69,7 +71,10 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
     run = uuid.uuid4().hex[:6]
     work = Path(args.work) / f"{args.variant}-{run}"
     threads = JvmThreadCpu() if args.jvm_threads else contextlib.nullcontext()
-    with PeakRss() as rss, CpuUse() as cpu, threads:
+    context = spark.sparkContext
+    # On a standalone cluster the executors are processes of their own: counted by app id.
+    app_id = context.applicationId if (context.master or "").startswith("spark://") else None
+    with PeakRss() as rss, CpuUse(app_id) as cpu, threads:
         if args.variant.startswith("spark-native"):
             figures = _native(spark, args, work)
         else:
@@ -82,6 +87,9 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
         figures["cpu_jvm_threads_s"] = threads.seconds
     figures["cpu_jvm_driver_workers_s"] = "/".join(
         str(cpu.seconds.get(k, 0.0)) for k in ("jvm", "driver", "workers"))
+    if app_id is not None:
+        figures["cpu_executors_s"] = "/".join(
+            str(cpu.seconds.get(k, 0.0)) for k in ("executors", "executor_workers"))
     return figures
 
 

@@ -4,6 +4,8 @@ A revise run is a process tree: the Python driver (the root: ``revise run``, or 
 itself), the driver JVM with the local executors (``java``), and Spark's Python workers under
 it (the daemon and the workers it forks). :func:`kind` names each; :class:`PeakRss` and
 :class:`CpuUse` sum by kind, and :func:`rss_by_kind` reads the tree once (the soak's sample).
+On a Spark standalone cluster the executors are not in the tree: :class:`CpuUse` given the
+application's id also counts them (:func:`executor_processes`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Final
 
 import psutil
 
-__all__ = ["CpuUse", "PeakRss", "kind", "rss_by_kind"]
+__all__ = ["CpuUse", "PeakRss", "executor_processes", "kind", "rss_by_kind"]
 
 
 def kind(p: psutil.Process, root_pid: int) -> str:
@@ -85,33 +87,64 @@ class CpuUse:
     process's reaped children count in its parent (``children_*``), so a Python worker that
     exited counts in the Python daemon that forked it. What a process alive only between the
     two reads spent is missed; Spark reuses its Python workers, so that is little here.
+
+    With ``app_id`` (a standalone cluster's application) also ``executors`` (its executor
+    JVMs) and ``executor_workers`` (their Python workers), counted from their start: they
+    live for this application only, and start while the block may already run.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, app_id: str | None = None) -> None:
         self._proc = psutil.Process()
+        self._app_id = app_id
         self._start: dict[int, float] = {}
         self.seconds: dict[str, float] = {}
 
     def _read(self) -> dict[int, tuple[str, float]]:
         out: dict[int, tuple[str, float]] = {}
-        for p in [self._proc, *self._proc.children(recursive=True)]:
+        procs = {p.pid: (p, kind(p, self._proc.pid))
+                 for p in [self._proc, *self._proc.children(recursive=True)]}
+        if self._app_id is not None:  # an executor in this tree (none in a real cluster) too
+            procs |= {p.pid: (p, k) for p, k in executor_processes(self._app_id)}
+        for p, k in procs.values():
             try:
                 t = p.cpu_times()
-                k = kind(p, self._proc.pid)
             except psutil.Error:
                 continue
             out[p.pid] = (k, t.user + t.system + t.children_user + t.children_system)
         return out
 
     def __enter__(self) -> CpuUse:
-        self._start = {pid: cpu for pid, (_k, cpu) in self._read().items()}
+        self._start = {pid: cpu for pid, (k, cpu) in self._read().items()
+                       if not k.startswith("executor")}
         return self
 
     def __exit__(self, *_exc: object) -> None:
         totals: dict[str, float] = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
+        if self._app_id is not None:
+            totals |= {"executors": 0.0, "executor_workers": 0.0}
         for pid, (kind, cpu) in self._read().items():
             totals[kind] = totals.get(kind, 0.0) + cpu - self._start.get(pid, 0.0)
         self.seconds = {k: round(v, 1) for k, v in totals.items()}
+
+
+def executor_processes(app_id: str) -> list[tuple[psutil.Process, str]]:
+    """The executor JVMs of the standalone application ``app_id`` and their descendants.
+
+    An executor is a ``CoarseGrainedExecutorBackend`` whose command line names the
+    application (``--app-id``); its kind is ``executors``, a Python process under it
+    ``executor_workers``, anything else ``other``.
+    """
+    out: list[tuple[psutil.Process, str]] = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in cmd or (
+                app_id not in cmd):
+            continue
+        out.append((p, "executors"))
+        with contextlib.suppress(psutil.Error):
+            out += [(c, "executor_workers" if "python" in c.name() else "other")
+                    for c in p.children(recursive=True)]
+    return out
 
 
 def rss_by_kind(root_pid: int) -> tuple[dict[str, int], int]:

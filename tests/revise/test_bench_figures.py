@@ -103,6 +103,61 @@ def test_cpu_use_counts_the_block_by_process_kind():
     assert seconds["jvm"] == 0.0, seconds  # no JVM in this process tree
 
 
+_EXECUTOR_PROBE = """
+import json, subprocess, sys, time
+from benchmarks.proc_tree import CpuUse
+
+burn = ("import subprocess, sys, time\\n"
+        "kid = subprocess.Popen([sys.executable, '-c', "
+        "'import time\\\\nend = time.process_time() + 0.4\\\\nwhile time.process_time() < end: "
+        "pass\\\\ntime.sleep(60)'])\\n"
+        "end = time.process_time() + 0.3\\nwhile time.process_time() < end: pass\\n"
+        "print('done', flush=True)\\nkid.wait()")
+marks = ["org.apache.spark.executor.CoarseGrainedExecutorBackend", "--app-id"]
+# Launched through a process that exits at once: like a Worker's executors, outside this tree.
+launch = ("import subprocess, sys\\n"
+          "print(subprocess.Popen(sys.argv[1:], start_new_session=True).pid, flush=True)")
+
+
+def start(app):
+    p = subprocess.Popen([sys.executable, "-c", launch, sys.executable, "-c", burn, *marks, app],
+                         stdout=subprocess.PIPE, text=True)
+    pid = int(p.stdout.readline())
+    p.wait()
+    return pid, p.stdout
+
+
+(ours, ours_out), (theirs, theirs_out) = start(sys.argv[1]), start("app-other")
+try:
+    with CpuUse(sys.argv[1]) as cpu:
+        assert ours_out.readline() == "done\\n"
+        assert theirs_out.readline() == "done\\n"
+        time.sleep(0.6)  # the grandchild's burn
+finally:
+    import os, signal
+    for pid in (ours, theirs):
+        os.killpg(pid, signal.SIGKILL)
+print(json.dumps(cpu.seconds))
+"""
+
+
+def test_cpu_use_counts_a_standalone_applications_executors():
+    # Processes outside the tree whose command line names an executor of the application (a
+    # standalone cluster's executors are children of its Worker, not of the driver).
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _EXECUTOR_PROBE, "app-20261129-0001"],
+                          cwd=root, check=True, capture_output=True, text=True, timeout=60)
+    seconds = json.loads(done.stdout)
+    assert 0.3 <= seconds["executors"] < 0.8, seconds  # from its start, only ours
+    assert 0.4 <= seconds["executor_workers"] < 0.8, seconds  # its Python child
+    assert seconds["workers"] == 0.0, seconds  # neither is in this process's own tree
+
+
 def test_peak_rss_counts_the_children_too():
     import subprocess
     import sys
