@@ -101,13 +101,11 @@ class CpuUse:
 
     def _read(self) -> dict[int, tuple[str, float]]:
         out: dict[int, tuple[str, float]] = {}
-        procs = {p.pid: (p, kind(p, self._proc.pid))
-                 for p in [self._proc, *self._proc.children(recursive=True)]}
-        if self._app_id is not None:  # an executor in this tree (none in a real cluster) too
-            procs |= {p.pid: (p, k) for p, k in executor_processes(self._app_id)}
-        for p, k in procs.values():
+        executors = dict(executor_processes(self._app_id)) if self._app_id is not None else {}
+        for p in [self._proc, *self._proc.children(recursive=True), *executors]:
             try:
                 t = p.cpu_times()
+                k = executors.get(p) or kind(p, self._proc.pid)
             except psutil.Error:
                 continue
             out[p.pid] = (k, t.user + t.system + t.children_user + t.children_system)
@@ -131,8 +129,8 @@ def executor_processes(app_id: str) -> list[tuple[psutil.Process, str]]:
     """The executor JVMs of the standalone application ``app_id`` and their descendants.
 
     An executor is a ``CoarseGrainedExecutorBackend`` whose command line names the
-    application (``--app-id``); its kind is ``executors``, a Python process under it
-    ``executor_workers``, anything else ``other``.
+    application (``--app-id``); its kind is ``executors``, and so is any process under it but
+    a Python one, ``executor_workers``.
     """
     out: list[tuple[psutil.Process, str]] = []
     for p in psutil.process_iter(["cmdline"]):
@@ -142,7 +140,7 @@ def executor_processes(app_id: str) -> list[tuple[psutil.Process, str]]:
             continue
         out.append((p, "executors"))
         with contextlib.suppress(psutil.Error):
-            out += [(c, "executor_workers" if "python" in c.name() else "other")
+            out += [(c, "executor_workers" if "python" in c.name() else "executors")
                     for c in p.children(recursive=True)]
     return out
 
