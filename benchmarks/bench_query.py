@@ -56,6 +56,7 @@ def _revisions(qid: str, keys: np.ndarray, starts: np.ndarray, rev: int, final: 
     count = rng.integers(1, 50, n) + 10 * rev
     total = count * rng.random(n) * 10
     prev = None if rev == 0 else count - 10
+    completeness = np.full(n, 1.0 if final else min(0.5 + 0.2 * rev, 0.95))
     cols = {
         "query_id": [qid] * n, "mode": ["revision"] * n,
         "key": np.char.add("k", keys.astype(str)).tolist(),
@@ -71,6 +72,8 @@ def _revisions(qid: str, keys: np.ndarray, starts: np.ndarray, rev: int, final: 
         "n_late": np.full(n, rev), "max_lateness_ms": np.full(n, 100 * rev),
         "watermark_ms": starts + 5_000 * rev, "batch_id": np.full(n, batch),
         "emitted_at_ms": np.full(n, int(time.time() * 1000)),
+        "completeness": completeness, "est_count": count / completeness,
+        "est_sum": total / completeness,
     }
     arrays = [pa.nulls(n, f.type) if cols[f.name] is None else pa.array(cols[f.name], f.type)
               for f in REVISION_SCHEMA]

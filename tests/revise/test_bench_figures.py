@@ -321,3 +321,24 @@ def test_every_benchmarks_command_in_the_docs_is_one_its_module_accepts():
     # and every module of benchmarks/ is described there, by name
     modules = {p.stem for p in (root / "benchmarks").glob("*.py") if p.stem != "__init__"}
     assert {m for m in modules if f"`{m}`" not in doc} == set()
+
+
+def test_bench_query_writes_its_tables_in_the_tables_schema(tmp_path):
+    # The tables bench_query measures are written by the job's own Delta writer, in every
+    # field of the revisions schema (a field added to the schema and not to the benchmark
+    # broke it once).
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from benchmarks.bench_query import build
+
+    path = str(tmp_path / "delta")
+    written = build(path, windows=2_000, revisions_per_window=3, batches_per_round=2, late=12,
+                    dead=6)
+    assert written == 6_000
+    revisions = pa.table(DeltaTable(f"{path}/revisions").scan())
+    latest = pa.table(DeltaTable(f"{path}/latest").scan())
+    assert revisions.num_rows == 6_000
+    assert latest.num_rows == 2_000
+    assert set(latest.column("timing").to_pylist()) == {"FINAL"}
+    assert set(latest.column("completeness").to_pylist()) == {1.0}
