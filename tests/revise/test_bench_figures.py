@@ -104,13 +104,13 @@ def test_cpu_use_counts_the_block_by_process_kind():
 
 
 _EXECUTOR_PROBE = """
-import json, subprocess, sys, time
+import json, subprocess, sys
 from benchmarks.proc_tree import CpuUse
 
 burn = ("import subprocess, sys, time\\n"
         "kid = subprocess.Popen([sys.executable, '-c', "
         "'import time\\\\nend = time.process_time() + 0.4\\\\nwhile time.process_time() < end: "
-        "pass\\\\ntime.sleep(60)'])\\n"
+        "pass\\\\nprint(\\\\'kid\\\\', flush=True)\\\\ntime.sleep(60)'])\\n"
         "end = time.process_time() + 0.3\\nwhile time.process_time() < end: pass\\n"
         "print('done', flush=True)\\nkid.wait()")
 marks = ["org.apache.spark.executor.CoarseGrainedExecutorBackend", "--app-id"]
@@ -129,10 +129,9 @@ def start(app):
 
 (ours, ours_out), (theirs, theirs_out) = start(sys.argv[1]), start("app-other")
 try:
-    with CpuUse(sys.argv[1]) as cpu:
-        assert ours_out.readline() == "done\\n"
-        assert theirs_out.readline() == "done\\n"
-        time.sleep(0.6)  # the grandchild's burn
+    with CpuUse(sys.argv[1]) as cpu:  # read once both of ours have burnt, and theirs too
+        assert {ours_out.readline(), ours_out.readline()} == {"done\\n", "kid\\n"}
+        assert {theirs_out.readline(), theirs_out.readline()} == {"done\\n", "kid\\n"}
 finally:
     import os, signal
     for pid in (ours, theirs):
