@@ -28,9 +28,9 @@ revision, so a replay of the same revisions changes nothing.
 The job defers that MERGE (``write_batch(defer_latest=True)``): it runs on a background thread
 (:class:`sinks.latest_merger.LatestMerger`) while Spark computes the next micro-batches, and
 merges the batches that arrived meanwhile in one MERGE: the MERGE is the Delta step's
-largest part, and a MERGE of several batches costs far less than one of each. ``latest`` then trails
-``revisions`` by a few micro-batches at most (the merger's backlog is bounded). A crash can lose
-the MERGE of batches Spark has already recorded (and will not replay);
+largest part, and a MERGE of several batches costs far less than one of each. ``latest``
+then trails ``revisions`` by a few micro-batches at most (the merger's backlog is bounded). A
+crash can lose the MERGE of batches Spark has already recorded (and will not replay);
 :meth:`DeltaTables.catch_up_latest`, run at every start, redoes it from ``revisions``, whose
 app transaction version is ahead of ``latest``'s exactly then.
 
