@@ -24,7 +24,9 @@ Both are written by the job's driver from one micro-batch held as Arrow tables, 
 - :mod:`sinks.deletion_vectors` — Delta deletion vectors, written and read (delta-rs writes
   none).
 - :mod:`sinks.delta_log` — a table's log replayed into its active files with their deletion
-  vectors, and revise's own put-if-absent commit of raw actions (``latest``'s MERGE).
+  vectors.
+- :mod:`sinks.delta_commit` — revise's own put-if-absent commit of raw actions (``latest``'s
+  MERGE).
 - :mod:`sinks.latest_merger` — the MERGEs in the background: one for the micro-batches that
   arrived while the last one ran (their highest revision per window), a bounded backlog, and
   a failed MERGE stopping every later one (the job's next start redoes them from

@@ -1,16 +1,14 @@
-"""A Delta table's log read and written by revise itself: active files with their deletion vectors.
+"""A Delta table's log replayed by revise itself: active files with their deletion vectors.
 
 delta-rs (1.6) reads, appends to, checkpoints and compacts tables with deletion vectors (DVs)
 but cannot write a DV, and its Python API shows neither the DV of an active file
 (``get_add_actions`` has no such column) nor a way to commit actions that carry one. revise
-writes ``latest``'s DVs itself, so it needs the two halves delta-rs does not give:
-
-- :func:`read_snapshot` replays ``<table>/_delta_log`` into a :class:`LogSnapshot`: the
-  table's version, its active files (:class:`ActiveFile`, each with its ``deletionVector``
-  descriptor) and its application transactions' versions.
-- :func:`commit_actions` writes one commit of raw actions (``commitInfo``, ``txn``, ``add``,
-  ``remove``… built by the caller) as ``_delta_log/<version:020d>.json``, put-if-absent: of
-  two writers of one version exactly one wins, the other gets :class:`CommitConflict`.
+writes ``latest``'s DVs itself, so it needs the two halves delta-rs does not give: this
+module's :func:`read_snapshot` replays ``<table>/_delta_log`` into a :class:`LogSnapshot`
+(the table's version, its active files, :class:`ActiveFile`, each with its
+``deletionVector`` descriptor, and its application transactions' versions), and
+:func:`sinks.delta_commit.commit_actions` writes a commit. Both find the log here
+(:data:`LOG_DIR`, :func:`local_folder`, :func:`object_store`).
 
 **Replay.** The folder is listed once. The newest complete checkpoint at or below the wanted
 version is read (a classic ``<v>.checkpoint.parquet``, all parts of a multi-part
@@ -28,12 +26,6 @@ their order. A commit that updates a file's DV holds ``remove(path, old DV)`` an
 sets its app id's version (the last one seen). ``protocol``, ``metaData``, ``commitInfo``,
 ``cdc``, ``domainMetadata`` and ``checkpointMetadata`` are read past.
 
-**Commit.** A local folder (a path or a ``file:`` URI, a shared mount included) gets the bytes
-in a hidden temporary file beside the commit (fsync'd), hard-linked to the commit's name
-(``link`` fails when the name exists: the atomic put-if-absent that Delta needs), then the
-temporary name removed and the folder fsync'd. Other stores (``s3://``…) are refused: their
-put-if-absent is not reachable from here.
-
 Trace (Spark DELETE on a table with DVs, then a read): v0 adds ``part-0`` and ``part-1``; v1
 adds ``part-0`` with DV ``u…A@1`` (cardinality 167) and removes ``part-0`` without DV (and the
 same for ``part-1``); v2 adds ``part-0`` with ``u…B@1`` (233) and removes ``part-0`` with
@@ -42,10 +34,8 @@ same for ``part-1``); v2 adds ``part-0`` with ``u…B@1`` (233) and removes ``pa
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,14 +46,13 @@ from urllib.request import url2pathname
 import orjson
 
 from revise.errors import ReviseError
-from sinks.atomic import fsync_dir, write_synced
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["ActiveFile", "CommitConflict", "DeltaLogError", "LogSnapshot", "commit_actions",
-           "local_folder", "object_store", "read_snapshot"]
+__all__ = ["LOG_DIR", "ActiveFile", "DeltaLogError", "LogSnapshot", "local_folder",
+           "object_store", "read_snapshot"]
 
 LOG_DIR: Final = "_delta_log"
 _COMMIT_RE: Final = re.compile(r"(\d{20})\.json")
@@ -71,13 +60,6 @@ _CLASSIC_RE: Final = re.compile(r"(\d{20})\.checkpoint\.parquet")
 _PART_RE: Final = re.compile(r"(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet")
 _V2_RE: Final = re.compile(r"(\d{20})\.checkpoint\.([0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}"
                            r"-[0-9a-fA-F]{12})\.(json|parquet)")
-_ACTIONS: Final = frozenset({"add", "remove", "metaData", "protocol", "txn", "commitInfo", "cdc",
-                             "domainMetadata"})
-"""The actions a commit file may hold (``checkpointMetadata`` and ``sidecar`` are a
-checkpoint's)."""
-_NO_LINKS: Final = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV,
-                              errno.EMLINK})
-"""``link`` errors that say the file system makes no hard links here (EPERM: some mounts)."""
 _ADD_FIELDS: Final = ("path", "size", "modificationTime", "partitionValues", "stats",
                       "deletionVector")
 """The ``add`` fields read from a checkpoint (not ``stats_parsed``, ``tags``…)."""
@@ -87,10 +69,6 @@ _Identity = tuple[str, str | None]
 
 class DeltaLogError(ReviseError, RuntimeError):
     """A Delta log that cannot be read or written here (missing, gapped, malformed, remote)."""
-
-
-class CommitConflict(DeltaLogError):
-    """The commit's version was taken by another writer: re-read the table and rebuild it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,91 +202,6 @@ def _replay(log: _Log, table_path: str, version: int | None) -> LogSnapshot:
     return LogSnapshot(target, tuple(files.values()), apps)
 
 
-def commit_actions(table_path: str, version: int, actions: Sequence[Mapping[str, Any]], *,
-                   storage_options: Mapping[str, str] | None = None) -> None:
-    """Commit ``actions`` as ``version`` of the Delta table at ``table_path``, put-if-absent.
-
-    Writes ``_delta_log/<version:020d>.json``, one action a line, whole or not at all and
-    durable on return; no ``.crc`` file. The caller builds the actions (a ``commitInfo``, the
-    ``txn``, the ``add`` and ``remove`` dicts with their ``deletionVector``); they are not
-    checked against the table (schema, protocol, files), only for their shape.
-
-    1. The bytes go to ``.<version:020d>.json.<pid>.<random>.tmp`` in ``_delta_log`` (hidden:
-       Delta readers skip it), fsync'd.
-    2. ``os.link`` gives them the commit's name, failing when it exists (another writer's
-       commit of this version): :class:`CommitConflict`, the existing commit untouched.
-    3. The temporary name is removed (whatever happened; a crash before may leave it, hidden
-       and unread) and the folder fsync'd.
-
-    Args:
-        table_path: The table's root: a local path or a ``file:`` URI.
-        version: The new version: the table's version + 1 (``read_snapshot(…).version + 1``;
-            0 creates the table, and its ``_delta_log`` folder).
-        actions: The commit's actions, each a mapping with one key (``add``, ``remove``,
-            ``txn``, ``commitInfo``, ``metaData``, ``protocol``, ``cdc``, ``domainMetadata``).
-        storage_options: Accepted for symmetry with :func:`read_snapshot`; unused (only
-            local folders can be committed to).
-
-    Raises:
-        CommitConflict: ``version`` exists already; nothing was written.
-        DeltaLogError: ``table_path`` is not a local folder; there is no table there
-            (``version`` > 0) or ``version - 1`` has no commit (a gap); an action is not one
-            JSON-serialisable action; the folder cannot make hard links.
-        OSError: The folder could not be written: the commit does not exist, unless the
-            error came from the last step's fsync (read the table to know).
-    """
-    del storage_options  # local folders only
-    root = local_folder(str(table_path))
-    if root is None:
-        msg = (f"cannot commit to {table_path!r}: raw Delta commits need a store with an atomic "
-               "put-if-absent and only local or shared folders (a path or a file: URI) are "
-               "supported here; commit to such a folder, or through delta-rs")
-        raise DeltaLogError(msg)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        msg = f"commit version {version!r} for {table_path!r} is not an integer >= 0"
-        raise DeltaLogError(msg)
-    data = _encode(actions, f"version {version} of {table_path!r}")
-    log_dir = root / LOG_DIR
-    final = log_dir / f"{version:020d}.json"
-    if version == 0:
-        log_dir.mkdir(parents=True, exist_ok=True)
-    elif not log_dir.is_dir():
-        msg = (f"no Delta table at {table_path!r} ({log_dir} is missing) to commit version "
-               f"{version} to; create the table first (version 0)")
-        raise DeltaLogError(msg)
-    elif not (log_dir / f"{version - 1:020d}.json").exists():
-        msg = (f"commit version {version} of {table_path!r} would leave a gap: "
-               f"{log_dir / f'{version - 1:020d}.json'} does not exist; commit the table's "
-               "next version, read_snapshot(…).version + 1")
-        raise DeltaLogError(msg)
-
-    # 1. the bytes under a hidden temporary name, fsync'd
-    tmp = log_dir / f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"
-    try:
-        write_synced(tmp, data)
-        # 2. the commit's name, only if free
-        try:
-            os.link(tmp, final)
-        except FileExistsError:
-            # An NFS client may retry a link that succeeded and get EEXIST: ours if same inode.
-            if not _same_file(tmp, final):
-                msg = (f"version {version} of {table_path!r} was committed by another writer "
-                       f"({final} exists); read the table again (read_snapshot) and rebuild "
-                       "the commit on its newest version")
-                raise CommitConflict(msg) from None
-        except OSError as e:
-            if e.errno not in _NO_LINKS:
-                raise
-            msg = (f"cannot commit to {table_path!r}: its file system refused a hard link "
-                   f"({type(e).__name__}: {e}), which raw commits need as their atomic "
-                   "put-if-absent; keep the table on a POSIX file system (ext4, xfs, NFS…)")
-            raise DeltaLogError(msg) from e
-    finally:
-        # 3. the temporary name gone, the new entry durable
-        tmp.unlink(missing_ok=True)
-    fsync_dir(log_dir)
-
-
 @dataclass(frozen=True, slots=True)
 class _Checkpoint:
     """One complete checkpoint: its version and its file names in ``_delta_log``."""
@@ -378,7 +271,7 @@ def object_store(table_uri: str, storage_options: Mapping[str, str] | None) -> A
 def local_folder(table_path: str) -> Path | None:
     """The folder of a local path or ``file:`` URI; None for any other URI (an object store).
 
-    The tables :func:`commit_actions` can commit to.
+    The tables :func:`sinks.delta_commit.commit_actions` can commit to.
     """
     if table_path.startswith("file:"):
         parts = urlsplit(table_path)
@@ -578,43 +471,6 @@ def _identity(path: str, dv: Mapping[str, Any] | None) -> _Identity:
     offset = dv.get("offset")
     dv_id = f"{dv['storageType']}{dv['pathOrInlineDv']}"
     return unquote(path), dv_id if offset is None else f"{dv_id}@{offset}"
-
-
-def _encode(actions: Sequence[Mapping[str, Any]], where: str) -> bytes:
-    """The commit file's bytes: one JSON object a line, each ending with a newline."""
-    if isinstance(actions, Mapping | str | bytes) or not actions:
-        msg = (f"the commit of {where} has no actions ({type(actions).__name__}); give a "
-               "sequence of actions such as [{'commitInfo': {…}}, {'add': {…}}]")
-        raise DeltaLogError(msg)
-    lines: list[bytes] = []
-    for i, action in enumerate(actions):
-        keys = list(action) if isinstance(action, Mapping) else None
-        if keys is None or len(keys) != 1 or keys[0] not in _ACTIONS:
-            msg = (f"action {i} of the commit of {where} is {str(action)[:200]}; each action "
-                   f"is a mapping with one key of {sorted(_ACTIONS)}")
-            raise DeltaLogError(msg)
-        try:
-            lines.append(orjson.dumps(action, default=_plain))
-        except orjson.JSONEncodeError as e:
-            msg = (f"action {i} ({keys[0]}) of the commit of {where} is not JSON-serialisable "
-                   f"({e}); give str, int, float, bool, None, lists and mappings")
-            raise DeltaLogError(msg) from e
-    return b"\n".join(lines) + b"\n"
-
-
-def _plain(value: Any) -> Any:
-    """The fallback of ``orjson.dumps``: a mapping that is no dict as a dict."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    msg = f"{type(value).__name__} is not JSON-serialisable"
-    raise TypeError(msg)
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def _ranges(versions: Sequence[int]) -> str:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 
 from revise.errors import ReviseError
-from sinks.delta_log import CommitConflict
+from sinks.delta_commit import CommitConflict
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable as RustDeltaTable

@@ -106,7 +106,7 @@ def _merge_rows(root: DeltaRoot, schema: pa.Schema, revisions: pa.Table, app_id:
     the row, a higher one replaces it, a new window is inserted unless retracted; equal or
     lower revisions change nothing. In a folder the MERGE writes deletion vectors
     (:func:`sinks.merge_on_read.merge`); on an object store (``s3://``…), where revise's own
-    commit has no put-if-absent (:func:`sinks.delta_log.commit_actions`), delta-rs's MERGE
+    commit has no put-if-absent (:func:`sinks.delta_commit.commit_actions`), delta-rs's MERGE
     runs instead (:func:`_merge_copy_on_write`).
     """
     if revisions.num_rows == 0:

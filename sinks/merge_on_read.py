@@ -31,8 +31,9 @@ import pyarrow.parquet as pq
 
 from revise.vocab import LATEST_KEY
 from sinks.deletion_vectors import DvDescriptor, read_deletion_vector, write_deletion_vectors
+from sinks.delta_commit import commit_actions
 from sinks.delta_files import write_data_file
-from sinks.delta_log import ActiveFile, LogSnapshot, commit_actions, read_snapshot
+from sinks.delta_log import ActiveFile, LogSnapshot, read_snapshot
 from sinks.delta_txn import DeltaRoot, conform
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def merge(root: DeltaRoot, path: str, source: pa.Table, schema: pa.Schema, app_i
        deletion vector file (every touched file's deleted rows, old and new).
     4. Commit ``remove`` + ``add`` (new deletion vector) per touched file, ``remove`` per
        rewritten file, ``add`` of the new file and the app transaction, as version + 1:
-       put-if-absent (:func:`sinks.delta_log.commit_actions`); a lost race re-reads (1).
+       put-if-absent (:func:`sinks.delta_commit.commit_actions`); a lost race re-reads (1).
     5. Every ``delta.checkpointInterval`` versions, a checkpoint (delta-rs), so that readers
        and step 1 replay a bounded log.
 

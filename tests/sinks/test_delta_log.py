@@ -21,15 +21,9 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
 
 from sinks import delta_log
+from sinks.delta_commit import CommitConflict, commit_actions
 from sinks.delta_files import PARQUET_OPTIONS, delta_stats
-from sinks.delta_log import (
-    ActiveFile,
-    CommitConflict,
-    DeltaLogError,
-    LogSnapshot,
-    commit_actions,
-    read_snapshot,
-)
+from sinks.delta_log import ActiveFile, DeltaLogError, LogSnapshot, read_snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
