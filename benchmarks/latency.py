@@ -20,19 +20,23 @@ seconds and stops it.
 Figures, per system, over the windows whose first record was sent while feeding (after
 ``--warmup-s``):
 
-- first-result latency: Kafka timestamp of a window's first input record → the Kafka timestamp
-  of the window's first output message, i.e. when the producer sent it (revise: a stateful
-  task, right before its partition's transaction commits, which makes it visible; native:
-  Spark's sink). Not revise's ``emitted_at_ms``: that is the micro-batch's stamp, recorded
-  before its tasks run, so it would leave out the batch's own time;
-- final-value latency: Kafka timestamp of the window's last input record → the first result
-  whose ``count`` equals the number of records sent for it;
+- first-result latency: Kafka timestamp of a window's first input record → when a
+  ``read_committed`` consumer, reading the output topic throughout the run, received the
+  window's first output message (revise: once its partition's transaction committed; native:
+  once Spark's sink appended it). Not the output message's own timestamp: a stateful task
+  sends its messages as its shards finish, before its transaction commits and makes them
+  readable; nor revise's ``emitted_at_ms``, the micro-batch's stamp, recorded before its tasks
+  run;
+- final-value latency: Kafka timestamp of the window's last input record → when the consumer
+  received the first result whose ``count`` equals the number of records sent for it;
 - batch duration of micro-batches with input while feeding, and of those without
   (``records=0``, batch 0 excepted: it starts the query): the cost of an empty micro-batch.
   Feeding leaves one of those (the watermark moves after the last record), so after the idle
   run ``--empty-probes`` single records follow, each with event time = now and ``--probe-gap-s``
   apart: each makes a one-record micro-batch and then an empty one, which closes windows;
-- input lag at the end of feeding (records the job had not taken yet).
+- input lag at the end of feeding (records the job had not taken yet);
+- with ``--stages``, its Spark jobs' time stage by stage, from the job's event log
+  (:mod:`benchmarks.stage_times`).
 
 Ratios between the systems are measured side by side in one run; the machine's load is printed.
 """
@@ -40,11 +44,13 @@ Ratios between the systems are measured side by side in one run; the machine's l
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -55,6 +61,7 @@ import orjson
 
 from benchmarks.chaos import CliRun, create_topics, use_repo_pythonpath
 from benchmarks.soak import Feeder, input_lag
+from benchmarks.stage_times import conf_dir, read_events, summarize
 from revise.jobconfig import DEFAULT_TRIGGER_MS
 
 __all__ = ["main"]
@@ -70,19 +77,39 @@ def _pct(xs: Sequence[float], q: float) -> float | None:
     return float(s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))])
 
 
-def _outputs(bootstrap: str, topic: str) -> list[tuple[str, int, int, int]]:
-    """Every committed output row: ``(key, window_start_ms, count, at_ms)``."""
-    from sinks.kafka import read_committed
+class Readable(threading.Thread):
+    """A ``read_committed`` consumer of the output topic, from its start, while the job runs.
 
-    rows = []
-    for m in read_committed(bootstrap, topic, timeout_s=120):
-        value = m.value()
-        if value is None:
-            continue
-        o = orjson.loads(value)
-        at = int(m.timestamp()[1])
-        rows.append((str(o["key"]), int(o["window_start_ms"]), int(o["count"]), at))
-    return rows
+    :attr:`rows` holds every output row it received: ``(key, window_start_ms, count, at_ms)``,
+    ``at_ms`` the wall clock when the row reached it (a fetch waits at most 10 ms for data).
+    """
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(name="latency-reader", daemon=True)
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.rows: list[tuple[str, int, int, int]] = []
+        self.stop = threading.Event()
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"latency-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_committed", "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10, "fetch.min.bytes": 1,
+        })
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                for m in self._consumer.consume(10_000, 0.1):
+                    value = m.value()
+                    if m.error() or value is None:
+                        continue
+                    at = int(time.time() * 1000)
+                    o = orjson.loads(value)
+                    self.rows.append((str(o["key"]), int(o["window_start_ms"]),
+                                      int(o["count"]), at))
+        finally:
+            self._consumer.close()
 
 
 def _latencies(feeder: Feeder, rows: list[tuple[str, int, int, int]], fed_from_ms: int,
@@ -204,6 +231,8 @@ def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> d
     work.mkdir(parents=True)
     topics = {n: f"lat-{system}-{n}-{tag}" for n in ("in", "out", "late", "dead")}
     create_topics(bootstrap, list(topics.values()), partitions=4)
+    readable = Readable(bootstrap, topics["out"], partitions=4)
+    readable.start()
     run = _start(system, args, bootstrap, topics, work)
     feeder = Feeder(bootstrap, topics["in"], args.rate, args.keys,
                     WindowSpec.parse(args.window).size_ms, args.disorder_ms, seed=1,
@@ -227,9 +256,11 @@ def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> d
         feeder.stop.set()
         run.signal_group(15)
         run.wait(120)
+        readable.stop.set()
+        readable.join(30)
     figures = {"system": system, "produced": feeder.produced, "lag_at_end_of_feed": lag}
     figures |= _batches(run.log(), probes_from)
-    figures |= _latencies(feeder, _outputs(bootstrap, topics["out"]), fed_from, fed_to)
+    figures |= _latencies(feeder, readable.rows, fed_from, fed_to)
     return figures
 
 
@@ -297,6 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--trigger-ms", type=int,
                     help="micro-batch interval of both systems (default: revise's own, "
                          f"{DEFAULT_TRIGGER_MS} ms)")
+    ap.add_argument("--stages", action="store_true",
+                    help="log each system's Spark events and print its micro-batches' time "
+                         "stage by stage (benchmarks.stage_times)")
     ap.add_argument("--native-child", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.native_child:
@@ -315,8 +349,16 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"grace={args.grace_ms}ms trigger={trigger} "
               f"load={os.getloadavg()[0]:.1f}", flush=True)
         for system in args.systems:
+            events = root / f"events-{system}"
+            if args.stages:  # the job's driver reads it at start; the feeder and probes ignore it
+                os.environ["SPARK_CONF_DIR"] = str(conf_dir(root / f"conf-{system}", events))
             results.append(_one(system, args, bootstrap, root))
             print(_line(results[-1]), flush=True)
+            if args.stages:
+                shapes = summarize(read_events(events))
+                results[-1]["stages"] = [dataclasses.asdict(s) for s in shapes]
+                for shape in shapes[:3]:
+                    print(f"         {shape.line()}", flush=True)
     print(f"load at the end: {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

@@ -1,9 +1,12 @@
-"""The benchmarks' figures, computed from known arrivals and outputs (no I/O), and the
-benchmark commands of docs/BENCHMARKS.md, checked against each module's own options."""
+"""The benchmarks' figures, computed from known arrivals and outputs, the latency benchmark's
+reader on a real broker, and the benchmark commands of docs/BENCHMARKS.md, checked against
+each module's own options."""
 
 from __future__ import annotations
 
 import time
+
+import pytest
 
 from benchmarks.latency import _batches, _last_batch, _latencies
 from benchmarks.soak import Feeder
@@ -31,6 +34,33 @@ def test_first_result_and_final_value_latency_per_window():
     assert got["first_result_ms"]["p50"] in (900.0, 1_000.0)  # a: 1900-1000, b: 2500-1500
     assert got["first_result_ms"]["p99"] == 1_000.0
     assert got["final_value_ms"] == {"p50": 1_800.0, "p95": 1_800.0, "p99": 1_800.0}
+
+
+@pytest.mark.kafka
+def test_the_latency_reader_times_a_result_when_its_transaction_commits(kafka_bootstrap,
+                                                                        new_topic):
+    from confluent_kafka import Producer
+
+    from benchmarks.latency import Readable
+
+    topic = new_topic("lat-out", partitions=2)
+    reader = Readable(kafka_bootstrap, topic, partitions=2)
+    reader.start()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": topic})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b'{"key":"a","window_start_ms":0,"count":1}', partition=1)
+    producer.flush(30)
+    time.sleep(1.0)  # sent, not readable yet
+    committed_at = int(time.time() * 1000)
+    producer.commit_transaction(30)
+    deadline = time.monotonic() + 30
+    while not reader.rows and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reader.stop.set()
+    reader.join(30)
+    assert [r[:3] for r in reader.rows] == [("a", 0, 1)]
+    assert committed_at <= reader.rows[0][3] <= committed_at + 5_000
 
 
 def test_batch_durations_split_into_batches_with_and_without_input():
@@ -341,3 +371,49 @@ def test_bench_query_writes_its_tables_in_the_tables_schema(tmp_path):
     assert latest.num_rows == 2_000
     assert set(latest.column("timing").to_pylist()) == {"FINAL"}
     assert set(latest.column("completeness").to_pylist()) == {1.0}
+
+
+def _job_events(job: int, start: int, stages: list[tuple[int, int, int, list[tuple[int, int,
+                                                                             int]]]]) -> list:
+    """A job's events: stages of ``(id, submitted, completed, [(launch, finish, run_ms)])``."""
+    events: list[dict] = [{"Event": "SparkListenerJobStart", "Job ID": job,
+                           "Submission Time": start, "Stage IDs": [s[0] for s in stages]}]
+    for stage, submitted, completed, tasks in stages:
+        events += [{"Event": "SparkListenerTaskEnd", "Stage ID": stage,
+                    "Task Info": {"Launch Time": a, "Finish Time": b},
+                    "Task Metrics": {"Executor Run Time": run}} for a, b, run in tasks]
+        events.append({"Event": "SparkListenerStageCompleted", "Stage Info": {
+            "Stage ID": stage, "Submission Time": submitted, "Completion Time": completed}})
+    end = max(s[2] for s in stages)
+    events.append({"Event": "SparkListenerJobEnd", "Job ID": job, "Completion Time": end + 1})
+    return events
+
+
+def test_stage_times_groups_jobs_by_shape_with_per_stage_medians(tmp_path):
+    import json
+
+    from benchmarks.stage_times import read_events, summarize
+
+    events = []
+    for j, slow in enumerate((100, 180, 140)):  # three micro-batches: 4 tasks, then 2
+        t = 10_000 * j
+        events += _job_events(j, t, [
+            (2 * j, t, t + 60, [(t, t + 30, 25)] * 2 + [(t + 30, t + 58, 20)] * 2),
+            (2 * j + 1, t + 60, t + 70 + slow, [(t + 62, t + 62 + slow, slow - 5),
+                                                 (t + 62, t + 80, 15)]),
+        ])
+    events += _job_events(9, 50_000, [(99, 50_000, 50_200, [(50_001, 50_190, 180)])])
+    events.append({"Event": "SparkListenerJobStart", "Job ID": 10,  # never ended: left out
+                   "Submission Time": 60_000, "Stage IDs": [100]})
+    folder = tmp_path / "app-1"
+    folder.mkdir()
+    (folder / "events_1_app-1").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    (folder / ".hidden").write_text("not json")
+    shapes = summarize(read_events(tmp_path))
+    assert [(s.tasks, s.jobs) for s in shapes] == [((4, 2), 3), ((1,), 1)]
+    batch = shapes[0]
+    assert batch.job_ms == 211  # the median of jobs of 171, 251 and 211 ms
+    assert batch.stage_ms == (60, 150)
+    assert batch.longest_task_ms == (30, 140)  # the first of the equally long tasks
+    assert batch.longest_run_ms == (25, 135)
+    assert "3 jobs, median 211 ms" in batch.line()
