@@ -217,7 +217,8 @@ def _json_objects(
 
 def require_schema(table: pa.Table, schema: pa.Schema, what: str) -> None:
     """Raise :class:`ChangelogEncodeError` unless ``table`` has every field of ``schema``."""
-    missing = [n for n in schema.names if n not in table.column_names]
+    present = set(table.column_names)
+    missing = [n for n in schema.names if n not in present]
     if missing:
         msg = (
             f"{what} table lacks field(s) {missing}; expected the SPEC fields {schema.names} "

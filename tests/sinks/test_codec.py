@@ -7,6 +7,7 @@ import re
 
 import orjson
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,3 +119,12 @@ def test_escape_scan_reads_only_the_arrays_own_bytes() -> None:
     assert _needs_escape(pa.array(["a", "b\0"], pa.large_string()))
     assert not _needs_escape(pa.array([None, None], pa.string()))
     assert not _needs_escape(pa.array([], pa.string()))
+
+
+def test_a_table_lacking_spec_fields_is_refused_naming_them() -> None:
+    from sinks.kafka.errors import ChangelogEncodeError
+
+    rows = {name: pa.nulls(1, REVISION_SCHEMA.field(name).type) for name in REVISION_SCHEMA.names
+            if name not in ("n_late", "batch_id")}
+    with pytest.raises(ChangelogEncodeError, match=r"\['n_late', 'batch_id'\]"):
+        encode_revisions(pa.table(rows))
