@@ -115,8 +115,12 @@ def frame(keys: pa.Array, values: pa.Array) -> bytes:
                      value_lengths.astype(">i4").tobytes(), key_bytes, value_bytes))
 
 
-def _column(arr: pa.Array) -> tuple[npt.NDArray[np.int64], bytes]:
-    """The lengths (-1 for a null) and the bytes, back to back, of a string or binary array."""
+def _column(arr: pa.Array) -> tuple[npt.NDArray[np.int64], pa.Buffer | bytes]:
+    """The lengths (-1 for a null) and the bytes, back to back, of a string or binary array.
+
+    The bytes are a slice of the array's own buffer (no copy): :func:`frame` copies them once,
+    into the payload.
+    """
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
@@ -128,7 +132,7 @@ def _column(arr: pa.Array) -> tuple[npt.NDArray[np.int64], bytes]:
     lengths = np.diff(offsets).astype(np.int64)
     if arr.null_count:
         lengths[~arr.is_valid().to_numpy(zero_copy_only=False)] = -1
-    used = b"" if data is None else data[int(offsets[0]):int(offsets[-1])].to_pybytes()
+    used = b"" if data is None else data[int(offsets[0]):int(offsets[-1])]
     return lengths, used
 
 
