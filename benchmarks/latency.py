@@ -24,9 +24,8 @@ Figures, per system, over the windows whose first record was sent while feeding 
   ``read_committed`` consumer, reading the output topic throughout the run, received the
   window's first output message (revise: once its partition's transaction committed; native:
   once Spark's sink appended it). Not the output message's own timestamp: a stateful task
-  sends its messages as its shards finish, before its transaction commits and makes them
-  readable; nor revise's ``emitted_at_ms``, the micro-batch's stamp, recorded before its tasks
-  run;
+  sends its messages before its transaction commits and makes them readable; nor revise's
+  ``emitted_at_ms``, the micro-batch's stamp, recorded before its tasks run;
 - final-value latency: Kafka timestamp of the window's last input record → when the consumer
   received the first result whose ``count`` equals the number of records sent for it;
 - batch duration of micro-batches with input while feeding, and of those without
