@@ -49,17 +49,14 @@ import os
 import re
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from benchmarks.chaos import CliRun, create_topics, use_repo_pythonpath
-from benchmarks.soak import Feeder, input_lag
+from benchmarks.soak import CommittedRows, Feeder, input_lag
 from benchmarks.stage_times import conf_dir, read_events, summarize
 from revise.jobconfig import DEFAULT_TRIGGER_MS
 
@@ -76,39 +73,21 @@ def _pct(xs: Sequence[float], q: float) -> float | None:
     return float(s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))])
 
 
-class Readable(threading.Thread):
-    """A ``read_committed`` consumer of the output topic, from its start, while the job runs.
+class Readable(CommittedRows):
+    """The output topic's rows as a ``read_committed`` consumer gets them while the job runs.
 
-    :attr:`rows` holds every output row it received: ``(key, window_start_ms, count, at_ms)``,
-    ``at_ms`` the wall clock when the row reached it (a fetch waits at most 10 ms for data).
+    :attr:`rows` holds every one: ``(key, window_start_ms, count, at_ms)``, ``at_ms`` the wall
+    clock when the row reached the consumer.
     """
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        super().__init__(name="latency-reader", daemon=True)
-        from confluent_kafka import Consumer, TopicPartition
-
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(bootstrap, topic, name="latency-reader")
         self.rows: list[tuple[str, int, int, int]] = []
-        self.stop = threading.Event()
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"latency-{uuid.uuid4().hex[:6]}",
-            "isolation.level": "read_committed", "enable.auto.commit": False,
-            "fetch.wait.max.ms": 10, "fetch.min.bytes": 1,
-        })
-        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
 
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                for m in self._consumer.consume(10_000, 0.1):
-                    value = m.value()
-                    if m.error() or value is None:
-                        continue
-                    at = int(time.time() * 1000)
-                    o = orjson.loads(value)
-                    self.rows.append((str(o["key"]), int(o["window_start_ms"]),
-                                      int(o["count"]), at))
-        finally:
-            self._consumer.close()
+    def seen(self, row: dict[str, Any], sent_ms: int, at_ms: int) -> None:
+        """Keep the row with the time it was received."""
+        self.rows.append((str(row["key"]), int(row["window_start_ms"]), int(row["count"]),
+                          at_ms))
 
 
 def _latencies(feeder: Feeder, rows: list[tuple[str, int, int, int]], fed_from_ms: int,
@@ -230,7 +209,7 @@ def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> d
     work.mkdir(parents=True)
     topics = {n: f"lat-{system}-{n}-{tag}" for n in ("in", "out", "late", "dead")}
     create_topics(bootstrap, list(topics.values()), partitions=4)
-    readable = Readable(bootstrap, topics["out"], partitions=4)
+    readable = Readable(bootstrap, topics["out"])
     readable.start()
     run = _start(system, args, bootstrap, topics, work)
     feeder = Feeder(bootstrap, topics["in"], args.rate, args.keys,

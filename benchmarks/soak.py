@@ -50,6 +50,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import psutil
@@ -141,39 +142,64 @@ class Feeder(threading.Thread):
             return self.first_ms.pop((key, window_start_ms), None)
 
 
-class ChangelogWatcher(threading.Thread):
-    """Reads the committed changelog; latency of each window's revision 0."""
+class CommittedRows(threading.Thread):
+    """A topic's JSON rows as a ``read_committed`` consumer gets them, from its start.
 
-    def __init__(self, bootstrap: str, topic: str, feeder: Feeder) -> None:
-        super().__init__(daemon=True, name="soak-changelog")
-        self.bootstrap, self.topic, self.feeder = bootstrap, topic, feeder
+    It reads until :attr:`stop` is set. Each row goes to :meth:`seen` with the message's own
+    Kafka timestamp and the wall clock when the row reached the consumer (ms): a fetch waits at
+    most 10 ms for data, and ``poll`` hands a fetched message over at once (``consume(n, t)``
+    would wait for ``n`` messages or the timeout).
+    """
+
+    def __init__(self, bootstrap: str, topic: str, name: str) -> None:
+        super().__init__(daemon=True, name=name)
+        self.bootstrap, self.topic = bootstrap, topic
         self.stop = threading.Event()
-        self.latencies: list[int] = []
-        self.lock = threading.Lock()
 
     def run(self) -> None:
         """Consume ``read_committed`` until stopped."""
         from confluent_kafka import Consumer
 
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"soak-{uuid.uuid4()}",
+        c = Consumer({"bootstrap.servers": self.bootstrap,
+                      "group.id": f"{self.name}-{uuid.uuid4()}",
                       "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                      "enable.auto.commit": False})
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 10})
         c.subscribe([self.topic])
         try:
             while not self.stop.is_set():
-                for m in c.consume(500, timeout=0.5):
-                    value = m.value()
-                    if m.error() or value is None:
-                        continue
-                    row = orjson.loads(value)
-                    if row["revision"] != 0:
-                        continue
-                    first = self.feeder.first(row["key"], row["window_start_ms"])
-                    if first is not None:
-                        with self.lock:
-                            self.latencies.append(int(m.timestamp()[1]) - first)
+                m = c.poll(0.1)
+                value = None if m is None or m.error() else m.value()
+                if m is None or value is None:
+                    continue
+                self.seen(orjson.loads(value), int(m.timestamp()[1]), int(time.time() * 1000))
         finally:
             c.close()
+
+    def seen(self, row: dict[str, Any], sent_ms: int, at_ms: int) -> None:
+        """One row: its message's Kafka timestamp and when it was received (ms)."""
+        raise NotImplementedError
+
+
+class ChangelogWatcher(CommittedRows):
+    """Reads the committed changelog; latency of each window's revision 0.
+
+    The latency runs to the revision's message's own Kafka timestamp.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, feeder: Feeder) -> None:
+        super().__init__(bootstrap, topic, name="soak-changelog")
+        self.feeder = feeder
+        self.latencies: list[int] = []
+        self.lock = threading.Lock()
+
+    def seen(self, row: dict[str, Any], sent_ms: int, at_ms: int) -> None:
+        """Revision 0 of a window the feeder started: its latency."""
+        if row["revision"] != 0:
+            return
+        first = self.feeder.first(row["key"], row["window_start_ms"])
+        if first is not None:
+            with self.lock:
+                self.latencies.append(sent_ms - first)
 
     def take(self) -> list[int]:
         """The latencies seen since the last call (ms)."""

@@ -44,7 +44,7 @@ def test_the_latency_reader_times_a_result_when_its_transaction_commits(kafka_bo
     from benchmarks.latency import Readable
 
     topic = new_topic("lat-out", partitions=2)
-    reader = Readable(kafka_bootstrap, topic, partitions=2)
+    reader = Readable(kafka_bootstrap, topic)
     reader.start()
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": topic})
     producer.init_transactions(30)
