@@ -333,8 +333,13 @@ def _child(
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, cwd=cwd)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:
-        print(f"{name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
-              file=sys.stderr)
+        # kept: the run's work folder is removed at the end
+        fd, log = tempfile.mkstemp(prefix=f"revise-bench-{name.replace('@', '-')}-",
+                                   suffix=".stderr")
+        os.write(fd, proc.stderr.encode())
+        os.close(fd)
+        print(f"{name} failed (exit {proc.returncode}; its whole stderr: {log}):\n"
+              f"{proc.stderr[-3000:]}", file=sys.stderr)
         return None
     row: dict[str, Any] = json.loads(line[6:])
     row["variant"] = name

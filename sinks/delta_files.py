@@ -150,7 +150,7 @@ def write_data_file(table_path: str, rows: pa.Table, *, prefix: str,
     Args:
         table_path: The table's root, a local path or a URI (``DeltaRoot.table_path``).
         rows: The rows, in the table's Arrow schema (:func:`sinks.delta_txn.conform`).
-        prefix: Says who wrote it, e.g. ``b12-s3`` for batch 12, shard 3 (letters, digits,
+        prefix: Says who wrote it, e.g. ``b12-p3`` for batch 12, state partition 3 (letters, digits,
             ``_`` and ``-``).
         storage_options: delta-rs storage options for a URI; None reads the environment.
 

@@ -48,7 +48,7 @@ def write_rows(root: DeltaRoot, schema: Callable[[str], pa.Schema],
                history: Mapping[str, pa.Table], *, prefix: str) -> dict[str, list[DataFile]]:
     """Write each history table's rows (conformed to its schema) as one data file.
 
-    Tables without rows get none; ``prefix`` starts the files' names (``b<batch>-s<shard>``).
+    Tables without rows get none; ``prefix`` starts the files' names (``b<batch>-p<partition>``).
     The files are invisible until a commit names them.
 
     Raises:

@@ -145,6 +145,15 @@ def shuffle_partitions(spark: SparkSession, cfg: JobConfig) -> int:
     return max(1, cap)
 
 
+def state_partitions(spark: SparkSession, cfg: JobConfig) -> int:
+    """The stateful operator's partition count this run: the checkpoint's, else a new one's.
+
+    Spark keeps a checkpoint's first ``spark.sql.shuffle.partitions`` on every restart
+    (recorded with each batch's offsets); the shards' grouping keys are chosen for it.
+    """
+    return recorded_shuffle_partitions(cfg.checkpoint) or shuffle_partitions(spark, cfg)
+
+
 def run_job(
     cfg: JobConfig,
     *,
@@ -217,7 +226,8 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
                 preparing = pool.submit(_prepare, cfg, pool, after_write)
             control = control_dir(cfg.checkpoint)
             control.mkdir(parents=True, exist_ok=True)
-            stream = build_stream(spark, cfg, str(control))  # the shuffle is planned at start
+            partitions = state_partitions(spark, cfg)
+            stream = build_stream(spark, cfg, str(control), partitions)  # planned at start
             if preparing is not None:
                 prepared = preparing.result()
             assert prepared is not None
@@ -246,7 +256,7 @@ def _run_job(cfg: JobConfig, *, spark: SparkSession | None, master: str | None,
     # stop would wait for it (~0.6 s on a large state).
     no_data_off = (sql_setting(spark, NO_DATA_BATCHES, "false") if bounded is not None
                    else contextlib.nullcontext())
-    with sql_setting(spark, SHUFFLE_PARTITIONS, str(shuffle_partitions(spark, cfg))), no_data_off:
+    with sql_setting(spark, SHUFFLE_PARTITIONS, str(partitions)), no_data_off:
         query = (
             stream.writeStream.outputMode("update")
             .queryName(f"revise_{cfg.query_id}".replace("-", "_").replace(".", "_"))

@@ -6,16 +6,17 @@ its next closing window, never for an idle shard with nothing due, whose stored 
 neither reads nor rewrites. It gets the Python worker's cached engine when it matches the
 stored state (else rebuilds it from a base snapshot and a log of steps,
 ``revise.spark.shard_state``), applies the batch against Spark's global watermark, and appends
-the step — bytes that follow the records, not the state. It returns the batch's revisions,
-too-late records and dead letters as a few rows holding Arrow IPC streams, written by
-:func:`revise.spark.output.encode_output` (the driver decodes them with
-:func:`~revise.spark.output.decode_output`).
+the step — bytes that follow the records, not the state. At the end of the task
+(``revise.spark.tws_end``) it writes the revisions, too-late records and dead letters of all
+its calls — one data file per history table, the Kafka messages framed for the task's JVM
+writer — and returns a few rows that say so (:func:`revise.spark.output.encode_output`; the
+driver reads them with :func:`~revise.spark.output.decode_output`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -24,9 +25,10 @@ import pyarrow as pa
 
 from revise.config import EngineConfig
 from revise.engine import Engine, InputBatch
-from revise.records import DEAD_LETTER_SCHEMA, revision_schema
+from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, revision_schema
 from revise.spark.close_all import close_all_due, input_end_of_task
 from revise.spark.output import REVISIONS_ONLY, MessageKinds, encode_output, stamp
+from revise.spark.shard_keys import shard_of
 from revise.spark.shard_state import (
     BASE_SCHEMA,
     LOG_SCHEMA,
@@ -42,6 +44,8 @@ from revise.spark.shard_state import (
     skip_applied,
 )
 from revise.spark.task_output import HistoryTarget, batch_stamp
+from revise.spark.tws_end import install as _install_end_of_task
+from revise.spark.tws_end import installed as tws_end_installed
 from revise.spark.tws_input import install as _install_columnar_input
 
 if TYPE_CHECKING:
@@ -54,13 +58,16 @@ except ImportError:  # pragma: no cover - pyspark is a dependency
     _StatefulProcessor = object  # type: ignore[assignment,misc]
 else:
     # A Python worker imports this module when it unpickles the processor, before it reads
-    # the input: from then on it reads it column-wise (revise.spark.tws_input).
+    # the input: from then on it reads it column-wise (revise.spark.tws_input), and each
+    # task's timer phase ends with the processor's output (revise.spark.tws_end).
     _install_columnar_input()
+    _install_end_of_task()
 
 __all__ = [
     "VALUE_COLUMNS",
     "InputColumns",
     "ShardProcessor",
+    "TaskOutput",
 ]
 
 
@@ -110,22 +117,26 @@ class ShardProcessor(_StatefulProcessor):
     when it matches the stored state, else rebuilt from the stored base and log), applies the
     call's :class:`~revise.spark.shard_state.Step` against Spark's global watermark, stores
     the step (or a new base, :func:`~revise.spark.shard_state.should_rebase`), moves the
-    timer, and returns the revisions, too-late records and dead letters (:func:`encode_output`).
+    timer, and keeps the revisions, too-late records and dead letters (:class:`TaskOutput`)
+    for :meth:`end_of_task`, which writes them once for the whole task.
 
     Args:
         engine_cfg: The engine's configuration.
         topic: The input topic (the late records' and dead letters' ``topic``).
         fields: The aggregated input columns (``revise.spark.stream.input_columns``).
+        shards: The job's shard count: a grouping value stands for shard ``value mod shards``
+            (``revise.spark.shard_keys``).
         token: Names the job's state in the workers' engine cache (its checkpoint).
     """
 
     def __init__(self, engine_cfg: EngineConfig, topic: str,
-                 fields: InputColumns = VALUE_COLUMNS, token: str = "",
+                 fields: InputColumns = VALUE_COLUMNS, *, shards: int, token: str = "",
                  messages: MessageKinds = REVISIONS_ONLY,
                  history: HistoryTarget | None = None) -> None:
         self._cfg = engine_cfg
         self._topic = topic
         self._fields = fields
+        self._shards = shards
         self._token = token
         self._messages = messages
         self._history = history
@@ -133,42 +144,62 @@ class ShardProcessor(_StatefulProcessor):
 
     def init(self, handle: Any) -> None:
         """Spark's hook: declare the shard's state variables."""
+        if not tws_end_installed():
+            msg = ("revise's operator needs PySpark's transformWithStateInPandas timer phase "
+                   "to end its task with its output (revise.spark.tws_end), which this PySpark "
+                   "does not have: install the PySpark release revise pins (pyproject.toml)")
+            raise RuntimeError(msg)
         self._handle = handle
+        self._out: TaskOutput | None = None
         self._meta = handle.getValueState("meta", META_SCHEMA)
         self._base = handle.getListState("base", BASE_SCHEMA)
         self._log = handle.getListState("log", LOG_SCHEMA)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: Any) -> Iterator[pd.DataFrame]:
-        """Spark's hook: the shard's rows of this micro-batch."""
-        chunks = self._call(int(key[0]), rows, timerValues)
-        if chunks is not None:
-            yield chunks
+        """Spark's hook: the shard's rows of this micro-batch (output: at the task's end)."""
+        self._call(shard_of(int(key[0]), self._shards), rows, timerValues)
+        yield from ()
 
     def handleExpiredTimer(self, key: Any, timerValues: Any,
                            expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
-        """Spark's hook: the watermark reached the shard's next close.
+        """Spark's hook: the watermark reached the shard's next close (output: at the end).
 
         Spark deletes the fired timer itself once this returns, so the call must not.
         """
         fired = int(expiredTimerInfo.getExpiryTimeInMs())
-        chunks = self._call(int(key[0]), [], timerValues, fired_timer_ms=fired)
-        if chunks is not None:
-            yield chunks
+        self._call(shard_of(int(key[0]), self._shards), [], timerValues, fired_timer_ms=fired)
+        yield from ()
+
+    def end_of_task(self) -> Iterator[pd.DataFrame]:
+        """The task's output, after its last call (``revise.spark.tws_end``): written here.
+
+        The revisions, too-late records and dead letters of every call of the task, in call
+        order (so each window's revisions in revision order), as one data file per history
+        table and one encoding of the Kafka messages (:func:`_write`).
+        """
+        out, self._out = self._out, None
+        if out is not None:
+            chunks = _write(out, self._schema, self._messages, self._history)
+            if chunks is not None:
+                yield chunks
 
     def close(self) -> None:
         """Spark's hook: nothing to release."""
 
     def _call(self, shard: int, frames: Iterable[pd.DataFrame], timer_values: Any, *,
-              fired_timer_ms: int = -1) -> pd.DataFrame | None:
+              fired_timer_ms: int = -1) -> None:
         step, dead = _read_step(frames, self._topic, self._fields,
                                 int(timer_values.getCurrentWatermarkInMs()),
                                 int(timer_values.getCurrentProcessingTimeInMs()))
         meta = Meta.of(self._meta.get())
         engine = self._engine(shard, meta)
-        chunks = _apply(engine, step, dead, self._schema, shard, self._messages, self._history)
+        (revisions, *closing), late = apply_step(engine, step)
+        if self._out is None:
+            self._out = TaskOutput(step.batch_id)
+        self._out.add(shard, [revisions.to_arrow(), *(r.to_arrow() for r in closing)],
+                      late.to_arrow(), dead, engine.open_windows, self._schema)
         self._store(shard, meta, engine, step, fired_timer_ms)
-        return chunks
 
     def _engine(self, shard: int, meta: Meta | None) -> Engine:
         """The shard's engine as stored: cached and caught up, or rebuilt."""
@@ -239,30 +270,57 @@ def _read_step(frames: Iterable[pd.DataFrame], topic: str, fields: InputColumns,
     return Step(batch_id, max(0, watermark_ms), now_ms, close_all, batch), dead
 
 
-def _apply(engine: Engine, step: Step, dead: list[pa.Table], revision_schema: pa.Schema,
-           shard: int, messages: MessageKinds,
+@dataclass(slots=True)
+class TaskOutput:
+    """What a task's shard calls produced, kept for the end of the task.
+
+    Attributes:
+        batch_id: The micro-batch.
+        revisions: Each call's revisions, in the job's revision schema, in call order.
+        late: Each call's too-late records.
+        dead: Each call's dead letters.
+        open_windows: Each called shard's open windows after its last call.
+    """
+
+    batch_id: int
+    revisions: list[pa.Table] = field(default_factory=list)
+    late: list[pa.Table] = field(default_factory=list)
+    dead: list[pa.Table] = field(default_factory=list)
+    open_windows: dict[int, int] = field(default_factory=dict)
+
+    def add(self, shard: int, revisions: list[pa.Table], late: pa.Table, dead: list[pa.Table],
+            open_windows: int, revision_schema: pa.Schema) -> None:
+        """Keep one call's output (``revisions``: its revisions, then a close-all's FINALs)."""
+        self.revisions.extend(t.cast(revision_schema) for t in revisions if t.num_rows)
+        if late.num_rows:
+            self.late.append(late)
+        self.dead.extend(dead)
+        self.open_windows[shard] = open_windows
+
+
+def _write(out: TaskOutput, revision_schema: pa.Schema, messages: MessageKinds,
            history: HistoryTarget | None) -> pd.DataFrame | None:
-    """Apply ``step`` to ``engine``; its output written here, and the rows that say so.
+    """A task's output written here, and the rows that say so.
 
     The revisions carry the micro-batch's ``emitted_at_ms`` (:func:`batch_stamp`); the
-    revisions, too-late records and ``dead`` are written as data files of the history tables
-    (``history``; none without one) and framed as the Kafka messages ``messages`` asks for
-    (:func:`~revise.spark.output.encode_output`), with the shard's open windows after the step.
+    revisions, too-late records and dead letters are written as one data file per history
+    table (``history``; none without one) and framed as the Kafka messages ``messages`` asks
+    for (:func:`~revise.spark.output.encode_output`), with each shard's open windows.
     """
-    (revisions, *closing), late = apply_step(engine, step)
-    revs = pa.concat_tables([revisions.to_arrow(), *(r.to_arrow() for r in closing)])
-    revs = revs.cast(revision_schema)
+    revs = (pa.concat_tables(out.revisions) if out.revisions
+            else revision_schema.empty_table())
     emitted_at = batch_stamp()
     if emitted_at is not None and revs.num_rows:
         revs = stamp(revs, emitted_at)
-    late_table = late.to_arrow()
-    dead_table = pa.concat_tables(dead) if dead else DEAD_LETTER_SCHEMA.empty_table()
+    late_table = pa.concat_tables(out.late) if out.late else LATE_SCHEMA.empty_table()
+    dead_table = pa.concat_tables(out.dead) if out.dead else DEAD_LETTER_SCHEMA.empty_table()
+    partition = _partition_id()
     files = (None if history is None else
-             history.write(step.batch_id, shard, revs, late_table, dead_table))
+             history.write(out.batch_id, partition, revs, late_table, dead_table))
     return encode_output(revisions=revs, late=late_table, dead=dead_table,
                          revision_schema=revision_schema, files=files,
-                         open_windows=(shard, engine.open_windows), messages=messages,
-                         partition=_partition_id())
+                         open_windows=out.open_windows, messages=messages,
+                         partition=partition)
 
 
 def _partition_id() -> int:

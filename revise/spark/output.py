@@ -1,15 +1,16 @@
 """The stateful operator's output rows, and what the driver reads of them.
 
-Each shard call of the operator (:mod:`revise.spark.operator`) ends with its output written
-where it was computed: its records as Kafka messages (rows ``msg:<i>``, framed, which the same
-task's JVM writer commits, ``revise.jvm.TaskChangelog``) and as Delta data files (written by
-the worker, ``sinks.delta_files``; rows ``file:<table>`` carry the files' records). What else
-comes back to the driver is small: the shard's counts (``counts``: revisions by timing,
-too-late records, dead letters by reason, the highest watermark), its open windows
-(``open``) and each task's Kafka report (``kafka``): metadata that grows with the shards and
-files, never with the records (``latest`` is merged from the ``revisions`` data files,
-``sinks.latest_merge``). :func:`encode_output` writes the rows in the Python worker; on the
-driver :func:`decode_output` turns the collected rows into one :class:`BatchOutput`.
+Each stateful task (:mod:`revise.spark.operator`) ends with the output of all its shard calls
+written where it was computed: its records as Kafka messages (rows ``msg:<i>``, framed, which
+the same task's JVM writer commits, ``revise.jvm.TaskChangelog``) and as one Delta data file
+per history table (written by the worker, ``sinks.delta_files``; rows ``file:<table>`` carry
+the files' records). What else comes back to the driver is small: the task's counts
+(``counts``: revisions by timing, too-late records, dead letters by reason, the highest
+watermark), each called shard's open windows (``open``) and each task's Kafka report
+(``kafka``): metadata that grows with the shards and files, never with the records
+(``latest`` is merged from the ``revisions`` data files, ``sinks.latest_merge``).
+:func:`encode_output` writes the rows in the Python worker; on the driver
+:func:`decode_output` turns the collected rows into one :class:`BatchOutput`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COUNTS_KIND",
     "FILE_KIND",
+    "MESSAGES_PER_ROW",
     "MESSAGE_KINDS",
     "OPEN_KIND",
     "REPORT_KIND",
@@ -58,11 +60,17 @@ REPORT_KIND: Final = "kafka"
 its report, JSON."""
 
 OPEN_KIND: Final = "open"
-"""The kind of the row in which a shard reports its open windows (``rows``; no payload)."""
+"""The kind of a row reporting one shard's open windows (``rows``; the shard in the payload)."""
 
 COUNTS_KIND: Final = "counts"
-"""The kind of the row holding a shard call's :class:`BatchCounts` (JSON; ``rows`` = its state
+"""The kind of the row holding a task's :class:`BatchCounts` (JSON; ``rows`` = its state
 partition)."""
+
+MESSAGES_PER_ROW: Final = 16_384
+"""At most this many messages in one ``msg:`` row (a few MB of JSON): a task's output, up to a
+close of hundreds of thousands of windows, reaches the JVM as rows Spark copies without
+growing one buffer to the whole output (a single row of ~1M revisions ran the local JVM out of
+heap)."""
 
 FILE_KIND: Final = "file:"
 """Prefix of the kind of a row holding one data file's record; the rest is the table."""
@@ -91,7 +99,7 @@ NO_MESSAGES: Final = MessageKinds(revisions=False)
 
 @dataclass(frozen=True, slots=True)
 class BatchCounts:
-    """What a micro-batch (or one shard call of it) produced, counted.
+    """What a micro-batch (or one task of it) produced, counted.
 
     Attributes:
         revisions: Revisions by timing.
@@ -128,7 +136,7 @@ class BatchCounts:
 
     @classmethod
     def of(cls, revisions: pa.Table, late: pa.Table, dead: pa.Table) -> BatchCounts:
-        """The counts of one shard call's tables."""
+        """The counts of one task's tables."""
         watermark = (pc.max(revisions.column("watermark_ms")).as_py() if revisions.num_rows
                      else None)
         return cls(_value_counts(revisions, "timing"), late.num_rows,
@@ -208,29 +216,31 @@ def output_type() -> StructType:
 def encode_output(*, revisions: pa.Table, late: pa.Table, dead: pa.Table,
                   revision_schema: pa.Schema = REVISION_SCHEMA,
                   files: Mapping[str, Sequence[DataFile]] | None = None,
-                  open_windows: tuple[int, int] | None = None,
+                  open_windows: Mapping[int, int] | None = None,
                   messages: MessageKinds = REVISIONS_ONLY,
                   partition: int = 0) -> pd.DataFrame | None:
-    """A shard call's output → the operator's rows (None when there is nothing to say).
+    """A task's output → the operator's rows (None when there is nothing to say).
 
     ``revisions`` (in ``revision_schema``, each window's in revision order, a close-all's FINALs
     last, already stamped, :func:`stamp`), ``late`` and ``dead`` give the Kafka messages of the
     kinds ``messages`` asks for and the counts. ``files``: the data files the worker wrote for
     them. ``open_windows``
-    ``(shard, count)``: the shard's open windows after the call. ``partition``: the state
-    partition of the task (the ``counts`` row's ``rows``).
+    (shard → count): each called shard's open windows after its last call. ``partition``: the
+    state partition of the task (the ``counts`` row's ``rows``).
     """
     rows: list[tuple[str, int, bytes]] = []
-    if open_windows is not None:
-        shard, count = open_windows
+    for shard, count in (open_windows or {}).items():
         rows.append((OPEN_KIND, count, str(shard).encode()))
     counts = BatchCounts.of(revisions, late, dead)
     if not counts.empty:
         rows.append((COUNTS_KIND, partition, counts.to_json()))
     for i, (kind, table) in enumerate((("revision", revisions), ("late", late),
                                        ("dead", dead))):
-        if table.num_rows and messages.wants(kind):
-            rows.append((f"msg:{i}", table.num_rows, _messages(kind, table, revision_schema)))
+        if not messages.wants(kind):
+            continue
+        for at in range(0, table.num_rows, MESSAGES_PER_ROW):
+            chunk = table.slice(at, MESSAGES_PER_ROW)
+            rows.append((f"msg:{i}", chunk.num_rows, _messages(kind, chunk, revision_schema)))
     for table_name, table_files in (files or {}).items():
         rows.extend((FILE_KIND + table_name, f.num_records, f.to_json()) for f in table_files)
     if not rows:

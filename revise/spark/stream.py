@@ -8,6 +8,8 @@
                       │ event_time = ts (0 for bad input and commands)
                       │ withWatermark(event_time, watermark_delay)  → Spark's global watermark
                       │ shard = pmod(xxhash64(key), shards)
+                      │ grouped by the shard's key, one that Spark places on
+                      │ partition shard mod partitions (revise.spark.shard_keys)
                       ▼
       groupBy(shard).transformWithStateInPandas(EventTime timers)  — revise.spark.operator
 
@@ -28,6 +30,7 @@ from revise.spark.operator import (
     ShardProcessor,
 )
 from revise.spark.output import NO_MESSAGES, MessageKinds, output_type
+from revise.spark.shard_keys import shard_keys
 from revise.spark.task_output import HistoryTarget
 
 if TYPE_CHECKING:
@@ -53,13 +56,16 @@ def kafka_input(reader: Reader, cfg: JobConfig) -> Reader:
 
 
 # Longer than ~60 lines: the query's stages, top to bottom, as the module diagram draws them.
-def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataFrame:
+def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str,
+                 partitions: int) -> DataFrame:
     """The streaming DataFrame of the whole job up to (not including) the sink.
 
     Args:
         spark: The session.
         cfg: The job's configuration.
         control_dir: The directory of the control source (close-all command files).
+        partitions: The stateful operator's partition count (``spark.sql.shuffle.partitions``
+            the query runs with), over which the shards' grouping keys spread them.
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -106,13 +112,16 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str) -> DataF
         )
         .withWatermark("event_time", f"{cfg.engine.watermark_delay_ms} milliseconds")
     )
-    shards = _keep_late_rows(events, cfg.engine.watermark_delay_ms).groupBy("shard")
+    keys = F.array(*(F.lit(k) for k in shard_keys(cfg.spark.shards, partitions)))
+    shards = (_keep_late_rows(events, cfg.engine.watermark_delay_ms)
+              .withColumn("shard", F.element_at(keys, F.col("shard") + 1))
+              .groupBy("shard"))
     messages = NO_MESSAGES if cfg.dry_run else MessageKinds(
         late=cfg.kafka.late_topic is not None, dead=cfg.kafka.dead_letter_topic is not None)
     history = None if cfg.dry_run else HistoryTarget(cfg.delta.path, None, cfg.query_id,
                                                       cfg.revision_schema)
     processor = ShardProcessor(cfg.engine, cfg.kafka.input_topic, fields,
-                               token=f"{cfg.query_id}@{cfg.checkpoint}",
+                               shards=cfg.spark.shards, token=f"{cfg.query_id}@{cfg.checkpoint}",
                                messages=messages, history=history)
     return shards.transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=output_type(), outputMode="Update",

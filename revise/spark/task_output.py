@@ -191,7 +191,7 @@ def zombie_error(exc: BaseException) -> ProducerFencedError | None:
 
 @dataclass(frozen=True, slots=True)
 class HistoryTarget:
-    """Where a shard call writes its history rows' data files (pickled into the operator).
+    """Where a stateful task writes its history rows' data files (pickled into the operator).
 
     Attributes:
         path: The Delta root (``--delta-path``).
@@ -205,9 +205,9 @@ class HistoryTarget:
     query_id: str
     revision_schema: pa.Schema
 
-    def write(self, batch_id: int, shard: int, revisions: pa.Table, late: pa.Table,
+    def write(self, batch_id: int, partition: int, revisions: pa.Table, late: pa.Table,
               dead: pa.Table) -> dict[str, list[DataFile]]:
-        """Write one shard call's rows as one data file per history table that has rows."""
+        """Write one task's rows as one data file per history table that has rows."""
         from sinks.delta_history import history_rows, write_rows
         from sinks.delta_schema import arrow_schema
         from sinks.delta_txn import DeltaRoot
@@ -215,7 +215,7 @@ class HistoryTarget:
         root = DeltaRoot(self.path, dict(self.storage_options) if self.storage_options else None)
         return write_rows(root, lambda t: arrow_schema(t, self.revision_schema),
                           history_rows(self.query_id, revisions, late, dead),
-                          prefix=f"b{batch_id}-s{shard}")
+                          prefix=f"b{batch_id}-p{partition}")
 
 
 class TaskWriter:

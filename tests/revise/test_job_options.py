@@ -39,7 +39,7 @@ def test_default_options_are_the_plain_input_spec_with_spec_schema_and_fingerpri
         "query_id": "q", "input_topic": "in", "window": "tumbling:1d", "grace_ms": 1000,
         "watermark_delay_ms": 0, "aggs": ["count", "sum", "min", "max", "mean"],
         "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"],
-        STATE_LAYOUT_KEY: "log", OUTPUT_LAYOUT_KEY: "tasks"}  # the layouts, recorded
+        STATE_LAYOUT_KEY: "log/spread", OUTPUT_LAYOUT_KEY: "tasks"}  # the layouts, recorded
     assert config("--aggs", "count,max", "--value-field", "v").input_spec.plain
     # A nested value field keeps the bare form's columns; its shape is not the plain one.
     nested = config("--value-field", "payload.amount")
@@ -177,12 +177,12 @@ def test_a_checkpoint_records_its_state_layout_and_restarts(tmp_path):
     cfg = dataclasses.replace(config(), checkpoint=str(tmp_path / "log"))
     _check_checkpoint(cfg)
     assert json.loads((tmp_path / "log" / "revise-job.json").read_text())[STATE_LAYOUT_KEY] == (
-        "log")
+        "log/spread")
     _check_checkpoint(cfg)  # restarts
 
 
-@pytest.mark.parametrize("recorded", [None, "snapshot"])
-def test_a_snapshot_layout_checkpoint_is_refused_before_kafka_with_what_to_do(tmp_path,
+@pytest.mark.parametrize("recorded", [None, "snapshot", "log"])
+def test_a_checkpoint_of_an_older_state_layout_is_refused_before_kafka_with_what_to_do(tmp_path,
                                                                                 recorded):
     import dataclasses
 
@@ -200,13 +200,14 @@ def test_a_snapshot_layout_checkpoint_is_refused_before_kafka_with_what_to_do(tm
     proc = subprocess.run([sys.executable, "-m", "revise", *argv], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False, env=_env())
     assert proc.returncode == 2, proc.stderr
-    assert "written by the snapshot state layout, which this version no longer reads" in (
+    had = recorded or "snapshot"
+    assert f"written by the {had} state layout, which this version no longer reads" in (
         proc.stderr)
     assert "new --checkpoint and --query-id" in proc.stderr
     assert "finish it with the revise version that wrote it" in proc.stderr
     assert "Kafka" not in proc.stderr
     # run_job's preflight refuses it too, and leaves the checkpoint as it was.
-    with pytest.raises(ConfigError, match="snapshot state layout"):
+    with pytest.raises(ConfigError, match=f"{had} state layout"):
         _check_checkpoint(dataclasses.replace(config(), checkpoint=str(checkpoint)))
     assert json.loads((checkpoint / "revise-job.json").read_text()) == fingerprint
 

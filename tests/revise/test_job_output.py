@@ -49,11 +49,27 @@ def test_only_metadata_comes_back_whatever_the_number_of_revisions():
         frame = output.encode_output(revisions=_revisions(n), late=_NO_LATE, dead=_NO_DEAD,
                                      files={"revisions": [a_file]})
         assert frame is not None
-        assert frame["kind"].tolist() == ["counts", "msg:0", "file:revisions"]
+        rows = -(-n // output.MESSAGES_PER_ROW)
+        assert frame["kind"].tolist() == ["counts", *["msg:0"] * rows, "file:revisions"]
         to_driver = frame[frame["kind"] != "msg:0"]
         assert sum(len(b) for b in to_driver["payload"]) < 500
         out = output.decode_output(_collect(to_driver))
         assert out.counts.revisions == {"EARLY": n} and out.files == {"revisions": [a_file]}
+
+
+def test_a_tasks_messages_come_in_rows_of_bounded_size_in_order(monkeypatch):
+    """A close of many windows: its messages span several ``msg:`` rows (each at most
+    ``MESSAGES_PER_ROW``), which give every revision once, in order."""
+    monkeypatch.setattr(output, "MESSAGES_PER_ROW", 3)
+    frame = output.encode_output(revisions=_revisions(8), late=_late(4), dead=_NO_DEAD,
+                                 messages=output.MessageKinds(late=True))
+    assert frame is not None
+    assert frame["kind"].tolist() == ["counts", *["msg:0"] * 3, *["msg:1"] * 2]
+    assert frame["rows"].tolist()[1:] == [3, 3, 2, 3, 1]
+    assert [r["window_start_ms"] for r in message_revisions(frame)] == [-i for i in range(8)]
+    late = [json.loads(v) for p in frame[frame["kind"] == "msg:1"]["payload"]
+            for v in unframe(p)[1]]
+    assert [r["offset"] for r in late] == [0, 1, 2, 3]
 
 
 def test_a_shard_without_output_yields_nothing():
@@ -74,23 +90,23 @@ def test_late_records_and_dead_letters_are_messages_only_where_a_topic_takes_the
     assert both["rows"].tolist() == [0, 2, 1]
 
 
-def test_counts_files_and_open_windows_of_every_shard_add_up_on_the_driver(tmp_path):
+def test_counts_files_and_open_windows_of_every_task_add_up_on_the_driver(tmp_path):
     a_file = DataFile("part-a.parquet", 10, 1, 3, '{"numRecords":3}')
     b_file = DataFile("part-b.parquet", 20, 2, 1, '{"numRecords":1}')
     a = output.encode_output(revisions=_revisions(2, watermark_ms=5), late=_late(3),
                              dead=_NO_DEAD, files={"revisions": [a_file]},
-                             open_windows=(3, 41))
+                             open_windows={3: 41, 4: 7})
     b = output.encode_output(revisions=_revisions(1, "FINAL", watermark_ms=9), late=_NO_LATE,
                              dead=_NO_DEAD, files={"revisions": [b_file]},
-                             open_windows=(5, 0))
+                             open_windows={5: 0})
     c = output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_NO_LATE,
-                             dead=_NO_DEAD, open_windows=(6, 2))
+                             dead=_NO_DEAD, open_windows={6: 2})
     assert c is not None and c["kind"].tolist() == [output.OPEN_KIND]  # still reports its count
     out = output.decode_output(_collect(a, b, c))
     assert out.files == {"revisions": [a_file, b_file]}
     assert (dict(out.counts.revisions), out.counts.late, out.counts.watermark_ms) == (
         {"EARLY": 2, "FINAL": 1}, 3, 9)
-    assert out.open_windows == {3: 41, 5: 0, 6: 2}
+    assert out.open_windows == {3: 41, 4: 7, 5: 0, 6: 2}
     only_count = output.decode_output(_collect(c))
     assert only_count.empty and only_count.open_windows == {6: 2}  # no output to commit
 

@@ -22,6 +22,7 @@ from revise.config import EngineConfig, WindowSpec
 from revise.engine import Engine, InputBatch
 from revise.spark import operator
 from revise.spark.operator import ShardProcessor
+from revise.spark.shard_keys import shard_keys
 from revise.spark.shard_state import EngineCache, Meta, Step, apply_step
 
 
@@ -109,9 +110,10 @@ def rows(*recs: tuple[str, int], command: str | None = None) -> pd.DataFrame:
 
 
 def call(store: dict[str, Any], frames: list[pd.DataFrame] | None, watermark_ms: int,
-         batch_id: int = 0, token: str = "t") -> Any:
-    """One Spark call of the processor on shard 0: rows, or the timer when ``frames`` is None."""
-    p = ShardProcessor(CFG, "topic", token=token)
+         batch_id: int = 0, token: str = "t", shards: int = 1, key: int = 0) -> Any:
+    """One Spark call of the processor with grouping value ``key`` (shard 0 of 1): rows, or the
+    timer when ``frames`` is None."""
+    p = ShardProcessor(CFG, "topic", shards=shards, token=token)
     handle = FakeHandle(store)
     p.init(handle)
     times = Times(watermark_ms, now_ms=1_000 + batch_id)
@@ -120,10 +122,12 @@ def call(store: dict[str, Any], frames: list[pd.DataFrame] | None, watermark_ms:
         if frames is None:
             # As Spark does: the handler for the due timer, then the timer's deletion.
             fired = min(t for t in store["_timers"] if t <= watermark_ms)
-            out = list(p.handleExpiredTimer((0,), times, Fired(fired)))
+            out = list(p.handleExpiredTimer((key,), times, Fired(fired)))
             handle.deleteTimer(fired)
         else:
-            out = list(p.handleInputRows((0,), iter(frames), times))
+            out = list(p.handleInputRows((key,), iter(frames), times))
+        assert out == [], "a call's output waits for the end of the task"
+        out = list(p.end_of_task())
     return message_revisions(pd.concat(out, ignore_index=True) if out else None)
 
 
@@ -147,6 +151,18 @@ def test_timer_is_the_watermark_that_closes_the_next_window_and_cleared_when_non
     assert store["_timers"] == set()
     assert store.get("_missing_deletes", 0) == 0, "deleted a timer Spark deletes itself"
     assert not any(k in store for k in ("meta", "base", "log")), "no window open: no state"
+
+
+def test_a_grouping_value_stands_for_its_shard(fresh_cache):
+    store: dict[str, Any] = {}
+    key = shard_keys(8, 2)[5]
+    assert key != 5  # shard 5's bare number is on the other partition: its key is another
+    call(store, [rows(("a", 1_000))], 0, shards=8, key=key)
+    assert fresh_cache.take("t", 5) is not None, "the engine is shard 5's"
+    assert fresh_cache.take("t", key) is None
+    store.clear()
+    out = call(store, [rows(("b", 1_000))], 0, shards=8, key=key, batch_id=1)
+    assert [r["key"] for r in out] == ["b"]
 
 
 def random_batches(seed: int, n_batches: int, keys: int) -> list[tuple[list, int]]:
@@ -188,7 +204,7 @@ def test_stored_state_rebuilds_the_engine_it_had(seed, cached, fresh_cache):
         assert got == want[b], f"batch {b}"
     assert any(op == "append" for _n, op, _k in store["_writes"]), "never logged a step"
     fresh_cache.take("t", 0)
-    rebuilt = ShardProcessor(CFG, "topic", token="t")
+    rebuilt = ShardProcessor(CFG, "topic", shards=1, token="t")
     rebuilt.init(FakeHandle(store))
     assert rebuilt._engine(0, Meta.of(store["meta"])).snapshot() == engine.snapshot()
 
