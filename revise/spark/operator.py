@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from revise.config import EngineConfig
 from revise.engine import Engine, InputBatch
+from revise.errors import InfraError
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, revision_schema
 from revise.spark.close_all import close_all_due, input_end_of_task
 from revise.spark.output import REVISIONS_ONLY, MessageKinds, encode_output, stamp
@@ -137,6 +138,7 @@ class ShardProcessor(_StatefulProcessor):
         self._topic = topic
         self._fields = fields
         self._shards = shards
+        self._out: TaskOutput | None = None  # this task's output so far (each task unpickles)
         self._token = token
         self._messages = messages
         self._history = history
@@ -148,9 +150,9 @@ class ShardProcessor(_StatefulProcessor):
             msg = ("revise's operator needs PySpark's transformWithStateInPandas timer phase "
                    "to end its task with its output (revise.spark.tws_end), which this PySpark "
                    "does not have: install the PySpark release revise pins (pyproject.toml)")
-            raise RuntimeError(msg)
+            raise InfraError(msg)
         self._handle = handle
-        self._out: TaskOutput | None = None
+        self._out = None
         self._meta = handle.getValueState("meta", META_SCHEMA)
         self._base = handle.getListState("base", BASE_SCHEMA)
         self._log = handle.getListState("log", LOG_SCHEMA)

@@ -79,3 +79,16 @@ def test_the_timer_phase_ends_with_the_processors_end_of_task(monkeypatch):
 def test_a_processor_without_end_of_task_gets_pysparks_timer_phase(monkeypatch):
     tws_end.install()
     assert timer_phase(TimersOnly(), [10], monkeypatch) == ["timer 10"]
+
+
+def test_the_operator_refuses_to_run_without_its_end_of_task(monkeypatch):
+    """Without the wrapper its output would never leave the task: it fails the task instead."""
+    from revise.config import EngineConfig, WindowSpec
+    from revise.errors import InfraError
+    from revise.spark import operator
+
+    processor = operator.ShardProcessor(
+        EngineConfig(WindowSpec.parse("tumbling:10s"), grace_ms=0), "t", shards=1)
+    monkeypatch.setattr(operator, "tws_end_installed", lambda: False)
+    with pytest.raises(InfraError, match="timer phase to end its task with its output"):
+        processor.init(object())
