@@ -47,6 +47,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -316,9 +317,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         native(b, i, o, ck, window, int(grace), int(trigger))
         return 0
     use_repo_pythonpath()
+    root = Path(tempfile.mkdtemp(prefix="revise-latency-"))
+    try:
+        return _measure(args, root)
+    finally:  # the broker's log, the jobs' checkpoints and tables: 60-200 MB a run
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace, root: Path) -> int:
     from revise.infra import broker
 
-    root = Path(tempfile.mkdtemp(prefix="revise-latency-"))
     trigger = (f"default ({DEFAULT_TRIGGER_MS}ms)" if args.trigger_ms is None
                else f"{args.trigger_ms}ms")
     results = []
