@@ -114,6 +114,20 @@ def test_a_data_file_record_round_trips_through_json(root: DeltaRoot) -> None:
         DataFile.from_json(b'{"path": "x"}')
 
 
+def test_only_the_columns_that_are_not_floating_point_are_dictionary_encoded(
+        root: DeltaRoot) -> None:
+    import pyarrow.parquet as pq
+
+    f = write_data_file(root.table_path("revisions"), revisions(500), prefix="b1-p0")
+    meta = pq.ParquetFile(Path(root.table_path("revisions")) / f.path).metadata
+    group = meta.row_group(0)
+    coded = {group.column(i).path_in_schema: group.column(i).has_dictionary_page
+             for i in range(group.num_columns)}
+    floating = {x.name for x in REVISION_SCHEMA if pa.types.is_floating(x.type)}
+    assert floating and not any(coded[name] for name in floating)
+    assert all(coded[name] for name in ("query_id", "key", "timing", "window_start_ms"))
+
+
 def test_written_rows_are_invisible_until_committed_and_equal_the_input_after(
         root: DeltaRoot) -> None:
     shards = [revisions(300, batch_id=7, key="a"), revisions(200, batch_id=7, key="b", seed=1)]
