@@ -1,10 +1,10 @@
 """``latest``'s writes: the MERGE, where the job runs it, its merger and the catch-up.
 
 In a local or shared folder a MERGE into ``latest`` marks the rows a batch revises in Delta
-deletion vectors and writes the batch's rows into one new file, so its cost follows the batch,
-not the table (:mod:`sinks.merge_on_read`); on an object store (``s3://``, ``gs://``,
-``abfss://``), where revise's own commit cannot be put-if-absent, delta-rs merges it,
-copy-on-write (:func:`_merge_copy_on_write`).
+deletion vectors and adds the batch's ``revisions`` data files to ``latest`` as they are, so
+its cost follows the batch, not the table (:mod:`sinks.merge_on_read`); on an object store
+(``s3://``, ``gs://``, ``abfss://``), where revise's own commit cannot be put-if-absent,
+delta-rs merges it, copy-on-write (:func:`_merge_copy_on_write`).
 
 A MERGE of several batches' revisions (their highest revision per window) costs little more
 than a MERGE of one: :class:`sinks.latest_merger.LatestMerger` coalesces them on a background
@@ -28,15 +28,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from revise.vocab import LATEST_KEY
 from sinks import merge_on_read
-from sinks.delta_files import DataFile, read_data_files
+from sinks.delta_files import DataFile, read_data_files, write_data_file
 from sinks.delta_log import local_folder
 from sinks.delta_txn import AfterWrite, DeltaRoot, DeltaWriteError, app_id, conform
 from sinks.latest_merger import REST_RATIO, LatestMerger, MergeFailed
@@ -86,16 +85,30 @@ def _merge(root: DeltaRoot, job: MergeJob) -> float:
     if done is not None and done >= job.batch_id:  # a replay: not even read
         return 0.0
     t0 = time.perf_counter()
-    rows = _read(root, job)
-    if not _merge_rows(root, job.schema, rows, job.app_id, job.batch_id):
+    if not _merge_files(root, job.schema, job.files, job.app_id, job.batch_id):
         return 0.0
     return time.perf_counter() - t0
 
 
-def _read(root: DeltaRoot, job: MergeJob) -> pa.Table:
-    """The rows of the job's ``revisions`` data files (written, maybe not committed yet)."""
-    return read_data_files(root.table_path("revisions"), job.files, job.schema,
-                           storage_options=root.storage_options)
+def _merge_files(root: DeltaRoot, schema: pa.Schema, files: Sequence[DataFile], app_id: str,
+                 batch_id: int) -> float:
+    """MERGE the rows of ``revisions`` data files into ``latest``; its seconds.
+
+    In a folder the files themselves join ``latest`` (:func:`sinks.merge_on_read.merge`);
+    on an object store (``s3://``…), where revise's own commit has no put-if-absent
+    (:func:`sinks.delta_commit.commit_actions`), delta-rs's MERGE takes their rows
+    (:func:`_merge_copy_on_write`).
+    """
+    folder = local_folder(root.table_path("latest"))
+    history = local_folder(root.table_path("revisions"))
+    if folder is None or history is None:
+        rows = read_data_files(root.table_path("revisions"), files, schema,
+                               storage_options=root.storage_options)
+        return _merge_copy_on_write(root, highest_per_window(conform(rows, schema)), app_id,
+                                    batch_id)
+    return merge_on_read.merge(root, str(folder),
+                               [merge_on_read.Source(str(history), f) for f in files],
+                               schema, app_id, batch_id)
 
 
 def _merge_rows(root: DeltaRoot, schema: pa.Schema, revisions: pa.Table, app_id: str,
@@ -104,10 +117,9 @@ def _merge_rows(root: DeltaRoot, schema: pa.Schema, revisions: pa.Table, app_id:
 
     Keeps only the highest revision per window first: a higher retracted revision deletes
     the row, a higher one replaces it, a new window is inserted unless retracted; equal or
-    lower revisions change nothing. In a folder the MERGE writes deletion vectors
-    (:func:`sinks.merge_on_read.merge`); on an object store (``s3://``…), where revise's own
-    commit has no put-if-absent (:func:`sinks.delta_commit.commit_actions`), delta-rs's MERGE
-    runs instead (:func:`_merge_copy_on_write`).
+    lower revisions change nothing. In a folder the rows go into a data file of ``latest``
+    that the MERGE adds (:func:`sinks.merge_on_read.merge`); on an object store delta-rs's
+    MERGE takes them (:func:`_merge_copy_on_write`).
     """
     if revisions.num_rows == 0:
         return 0.0
@@ -115,7 +127,9 @@ def _merge_rows(root: DeltaRoot, schema: pa.Schema, revisions: pa.Table, app_id:
     folder = local_folder(root.table_path("latest"))
     if folder is None:
         return _merge_copy_on_write(root, source, app_id, batch_id)
-    return merge_on_read.merge(root, str(folder), source, schema, app_id, batch_id)
+    written = write_data_file(str(folder), source, prefix=f"latest-b{batch_id}")
+    return merge_on_read.merge(root, str(folder), [merge_on_read.Source(str(folder), written)],
+                               schema, app_id, batch_id)
 
 
 def _merge_copy_on_write(root: DeltaRoot, source: pa.Table, app_id: str, batch_id: int) -> float:
@@ -304,26 +318,10 @@ def enable_deletion_vectors(path: str, storage_options: dict[str, str] | None) -
 def highest_per_window(revisions: pa.Table) -> pa.Table:
     """One row per :data:`LATEST_KEY`: the one with the highest ``revision`` (first on ties).
 
-    One hash aggregation, no sort: each row scores ``revision × n + (n − 1 − row)``, so the
-    highest score of a window is its highest revision, the earliest row among equals, and
-    names the row to take. Windows come out in the order they first appear. (It sorted the
-    windows before, ranking the keys as strings: 1.4–1.8× slower on a backlog of 900k
-    revisions over 1M keys, and the MERGE of that backlog into 1M windows 8–10 % slower.)
-
-    Trace: rows (a, rev 1), (b, rev 0), (a, rev 3), (a, rev 3) → (a, rev 3 from row 2),
-    (b, rev 0).
+    The rows :func:`sinks.merge_on_read.best_rows` names, in the order their windows first
+    appear. Trace: rows (a, rev 1), (b, rev 0), (a, rev 3), (a, rev 3) → (a, rev 3 from row
+    2), (b, rev 0).
     """
-    n = revisions.num_rows
-    if n <= 1:
+    if revisions.num_rows <= 1:
         return revisions
-    revision = revisions.column("revision").combine_chunks().to_numpy(zero_copy_only=False)
-    # Revisions are >= 0 and below 2^31, rows below 2^31: the score stays below 2^62.
-    score = revision.astype(np.int64) * n + (n - 1 - np.arange(n, dtype=np.int64))
-    windows = revisions.select(list(LATEST_KEY)).append_column(_SCORE, pa.array(score))
-    best = windows.group_by(list(LATEST_KEY), use_threads=False).aggregate([(_SCORE, "max")])
-    rows = (n - 1) - best.column(f"{_SCORE}_max").to_numpy() % n
-    return revisions.take(pa.array(rows))
-
-
-_SCORE: Final = "__revise_score"
-"""The scratch column of :func:`highest_per_window` (no revision column has this name)."""
+    return revisions.take(pa.array(merge_on_read.best_rows(revisions)))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from revise.query.views import REGISTERED_VIEWS, register_views, table_schema, view_sql
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.vocab import TABLE_NAMES
-from sinks import latest_merge
+from sinks import merge_on_read
 from sinks.delta_tables import DeltaTables, DeltaWriteError
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta]
@@ -359,12 +359,12 @@ def test_a_lost_latest_merge_is_redone_from_revisions_at_start(
     tables.write_batch("q", 0, frames.revisions([r("a", 0, 10_000, 0), r("s", 0, 3_000, 0)]),
                        frames.late(), frames.dead(), defer_latest=True)
     assert tables.flush() > 0
-    real_merge = latest_merge._merge_rows
+    real_merge = merge_on_read.merge
 
     def lost(*_args):
         raise OSError("disk gone")
 
-    monkeypatch.setattr(latest_merge, "_merge_rows", lost)  # every MERGE of latest fails
+    monkeypatch.setattr(merge_on_read, "merge", lost)  # every MERGE of latest fails
     tables.write_batch("q", 1, frames.revisions([
         r("a", 0, 10_000, 1, batch_id=1), r("s", 0, 3_000, 1, retracted=True, batch_id=1),
         r("s", 0, 5_000, 2, batch_id=1), r("n", 0, 10_000, 0, batch_id=1),
@@ -373,7 +373,7 @@ def test_a_lost_latest_merge_is_redone_from_revisions_at_start(
         tables.flush()
     with pytest.raises(DeltaWriteError, match="bringing Delta latest under .* failed .*disk gone"):
         tables.catch_up_latest("q")  # a start that cannot write latest fails clearly
-    monkeypatch.setattr(latest_merge, "_merge_rows", real_merge)
+    monkeypatch.setattr(merge_on_read, "merge", real_merge)
     # another query's later revisions in the same root are not this query's to merge
     tables.write_batch("other", 7, frames.revisions([r("z", 0, 10_000, 0, query_id="other",
                                                         batch_id=7)]),

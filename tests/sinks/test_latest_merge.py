@@ -48,18 +48,21 @@ def _spark_latest(spark, tables):
     return got
 
 
-@pytest.mark.parametrize("store", ["folder", "object store"])
+@pytest.mark.parametrize("store", ["folder", "folder, files added", "object store"])
 def test_random_batches_leave_the_highest_revision_per_window(
     spark, delta_path, make_revision, monkeypatch, store,
 ):
     if store == "object store":  # delta-rs's copy-on-write MERGE, as on s3://
         monkeypatch.setattr(latest_merge, "local_folder", lambda _path: None)
+    if store == "folder, files added":  # no file is small: each batch's file joins latest
+        monkeypatch.setattr(merge_on_read, "SMALL_FILE_BYTES", 0)
     # Small thresholds so that the run rewrites files often, both ways.
     monkeypatch.setattr(merge_on_read, "SMALL_FILES", 3)
     rng = np.random.default_rng(11)
     tables = DeltaTables(str(delta_path)).ensure()
     model: dict[tuple[str, int], int] = {}  # the highest revision seen per window
     gone: set[tuple[str, int]] = set()  # windows whose highest revision is retracted
+    shared: list[str] = []  # latest's files that are a batch's revisions file
     for b in range(24):
         rows = []
         for _ in range(int(rng.integers(5, 40))):
@@ -78,10 +81,14 @@ def test_random_batches_leave_the_highest_revision_per_window(
                 (gone.add if retracted else gone.discard)((k, s))
         want = {w: (r, r + 1) for w, r in model.items() if w not in gone}
         assert _rs_latest(tables) == want, f"after batch {b}"
+        history = list((delta_path / "revisions").glob("part-*.parquet"))
+        shared += [f.path for f in read_snapshot(tables.table_path("latest")).files
+                   if any((delta_path / "latest" / f.path).samefile(h) for h in history)]
     assert _spark_latest(spark, tables) == want
     snapshot = read_snapshot(tables.table_path("latest"))
     vectors = any(f.deletion_vector for f in snapshot.files)
-    assert vectors == (store == "folder"), "deletion vectors are the folder's MERGE's"
+    assert vectors == (store != "object store"), "deletion vectors are the folder's MERGE's"
+    assert bool(shared) == (store == "folder, files added"), "batch files added as they are"
     history = spark.sql(
         f"DESCRIBE HISTORY delta.`{tables.table_path('latest')}`").collect()
     assert sum(h.operation == "MERGE" for h in history) == 24
@@ -116,6 +123,48 @@ def test_a_merge_writes_the_batch_and_marks_the_rows_it_replaces(
     version = DeltaTable(path).version()
     _write(tables, make_revision, [(f"k{i:04d}", 0, 0, False) for i in range(100)], 1)
     assert DeltaTable(path).version() == version
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_a_batch_file_joins_latest_as_it_is_with_its_other_rows_deleted(
+    spark, delta_path, make_revision, monkeypatch, links,
+):
+    """A MERGE adds the ``revisions`` file itself (a hard link, or a copy where there is
+    none) with a deletion vector for its rows that are not their window's latest; it writes
+    no data file of its own."""
+    monkeypatch.setattr(merge_on_read, "SMALL_FILE_BYTES", 1)
+    if not links:  # as if revisions were on another file system than latest
+        real_link = merge_on_read.os.link
+
+        def link(src, dst, *args, **kwargs):
+            if "revisions" in str(src):
+                raise OSError(18, "Invalid cross-device link")
+            return real_link(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(merge_on_read.os, "link", link)
+    tables = DeltaTables(str(delta_path)).ensure()
+    path = delta_path / "latest"
+    _write(tables, make_revision, [(f"k{i}", 0, 0, False) for i in range(50)], 0)
+    # Batch 1: k0 twice (revisions 1 and 2), k1 retracted, k2 at the revision latest holds.
+    _write(tables, make_revision, [("k0", 0, 1, False), ("k0", 0, 2, False),
+                                   ("k1", 0, 1, True), ("k2", 0, 0, False),
+                                   *((f"n{i}", 0, 0, False) for i in range(20))], 1)
+    files = {f.path: f for f in read_snapshot(str(path)).files}
+    assert all(p.startswith("part-latest-b") for p in files), files  # no MERGE-written file
+    history = sorted((delta_path / "revisions").glob("part-b1-*.parquet"))
+    (second,) = (f for p, f in files.items() if p.startswith("part-latest-b1-"))
+    assert (path / second.path).samefile(history[0]) == links
+    assert (path / second.path).read_bytes() == history[0].read_bytes()
+    # Its rows k0 rev 1, k1 (retracted) and k2 (not higher) are deleted; k0 and k1 of batch 0
+    # too.
+    assert second.deletion_vector["cardinality"] == 3
+    (first,) = (f for p, f in files.items() if p != second.path)
+    assert first.deletion_vector["cardinality"] == 2
+    want = {(f"k{i}", 0): (0, 1) for i in range(2, 50)} | {("k0", 0): (2, 3)} | {
+        (f"n{i}", 0): (0, 1) for i in range(20)}
+    assert _rs_latest(tables) == want
+    assert _spark_latest(spark, tables) == want
+    assert not [p.name for p in path.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_small_files_are_gathered_without_changing_the_rows(
