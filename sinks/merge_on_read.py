@@ -330,10 +330,12 @@ def _place(source: Source, folder: str, name: str) -> None:
     """Give ``source``'s file the name ``name`` in ``folder``: a hard link, else a copy.
 
     Through a hidden temporary name and a rename, so that ``name`` is whole or absent (a
-    file left there by a MERGE that did not commit is replaced); the folder is fsync'd.
+    copy left there by a MERGE that did not commit is replaced; a link of the same file is
+    kept: a rename onto another link of the same file would leave the temporary name behind);
+    the folder is fsync'd.
     """
     target = Path(folder) / name
-    if source.location == target:
+    if source.location == target or (target.exists() and target.samefile(source.location)):
         return
     scratch = target.with_name(f".{name}.{uuid.uuid4().hex}.tmp")
     try:

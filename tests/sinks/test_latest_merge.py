@@ -167,6 +167,46 @@ def test_a_batch_file_joins_latest_as_it_is_with_its_other_rows_deleted(
     assert not [p.name for p in path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_a_merge_cut_short_before_its_commit_places_the_same_files_again(
+    spark, delta_path, make_revision, monkeypatch,
+):
+    """A MERGE that placed the batch's file in ``latest`` and failed before its commit leaves
+    it there, unreferenced; the batch's MERGE again replaces it under the same name and
+    commits the batch once."""
+    from sinks.delta_files import write_data_file
+    from sinks.delta_txn import DeltaWriteError
+
+    monkeypatch.setattr(merge_on_read, "SMALL_FILE_BYTES", 1)
+    tables = DeltaTables(str(delta_path)).ensure()
+    _write(tables, make_revision, [(f"k{i}", 0, 0, False) for i in range(20)], 0)
+    rows = _batch(make_revision, [("k0", 0, 1, False), ("n", 0, 0, False)], 1)
+    files = {"revisions": [write_data_file(tables.table_path("revisions"), rows,
+                                           prefix="b1-p0")]}
+    real = merge_on_read.commit_actions
+
+    def killed(*_args, **_kwargs):
+        raise OSError("killed before the commit")
+
+    monkeypatch.setattr(merge_on_read, "commit_actions", killed)
+    with pytest.raises(DeltaWriteError, match="killed before the commit"):
+        tables.write_files("q", 1, files)
+    placed = sorted(p.name for p in (delta_path / "latest").glob("part-latest-b1-*"))
+    assert len(placed) == 1
+    assert _rs_latest(tables) == {(f"k{i}", 0): (0, 1) for i in range(20)}
+
+    monkeypatch.setattr(merge_on_read, "commit_actions", real)
+    tables.write_files("q", 1, files)  # the replay: revisions has it, latest not yet
+    want = {(f"k{i}", 0): (0, 1) for i in range(1, 20)} | {("k0", 0): (1, 2), ("n", 0): (0, 1)}
+    assert _rs_latest(tables) == want
+    assert _spark_latest(spark, tables) == want
+    assert sorted(p.name for p in (delta_path / "latest").glob("part-latest-b1-*")) == placed
+    assert placed[0] in {f.path for f in read_snapshot(tables.table_path("latest")).files}
+    assert not [p.name for p in (delta_path / "latest").iterdir() if p.name.endswith(".tmp")]
+    version = DeltaTable(tables.table_path("latest")).version()
+    tables.write_files("q", 1, files)
+    assert DeltaTable(tables.table_path("latest")).version() == version
+
+
 def test_small_files_are_gathered_without_changing_the_rows(
     spark, delta_path, make_revision, monkeypatch,
 ):
