@@ -73,6 +73,11 @@ def kernel_env(kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("REVISE_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("PYTHONWARNINGS", "ignore::FutureWarning")
     monkeypatch.setenv("JUPYTER_PATH", os.environ.get("JUPYTER_PATH", ""))
+    # The notebooks keep their working folder for the reader (tempfile.mkdtemp): under the
+    # test's own folder, which pytest prunes, it does not pile up in /tmp run after run.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
     return _kernel_home(tmp_path / "jupyter")
 
 
