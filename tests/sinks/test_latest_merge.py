@@ -171,8 +171,8 @@ def test_a_merge_cut_short_before_its_commit_places_the_same_files_again(
     spark, delta_path, make_revision, monkeypatch,
 ):
     """A MERGE that placed the batch's file in ``latest`` and failed before its commit leaves
-    it there, unreferenced; the batch's MERGE again replaces it under the same name and
-    commits the batch once."""
+    it there, unreferenced; the batch's MERGE again keeps it under the same name and commits
+    the batch once."""
     from sinks.delta_files import write_data_file
     from sinks.delta_txn import DeltaWriteError
 
