@@ -180,14 +180,19 @@ class _Plan:
         actions: list[dict[str, Any]] = []
         for i in (*marked, *self.rewrite):
             actions.append({"remove": _remove(self.files[i], now_ms)})
-        for i, vector in zip(marked, vectors, strict=False):
-            actions.append({"add": _add(self.files[i], vector)})
+        for i, vector in zip(marked, vectors[:len(marked)], strict=True):
+            f = self.files[i]
+            actions.append({"add": _add(f.path, f.partition_values, f.size,
+                                        f.modification_time_ms, f.stats, vector)})
         cut_vectors = dict(zip(cut, vectors[len(marked):], strict=True))
         for k, (source, name, _gone) in enumerate(self.added):
-            actions.append({"add": _added(source.file, name, cut_vectors.get(k))})
+            data = source.file
+            actions.append({"add": _add(name, {}, data.size, data.modification_time_ms,
+                                        data.stats, cut_vectors.get(k))})
         if self.rows.num_rows:
             new = write_data_file(path, self.rows, prefix=f"latest-b{batch_id}")
-            actions.append({"add": _added(new, new.path, None)})
+            actions.append({"add": _add(new.path, {}, new.size, new.modification_time_ms,
+                                        new.stats, None)})
         return actions
 
     def metrics(self) -> dict[str, str]:
@@ -222,7 +227,12 @@ def _plan(path: str, snapshot: LogSnapshot, sources: Sequence[Source],
     file holds (k1, rev 3), (k2, rev 0), (k3, rev 0 retracted), (k4, rev 1), (k4, rev 0) →
     file 0 deletes row 5; inserted: k1 rev 3, k4 rev 1 (source rows 0 and 3).
     """
-    parts = [pq.read_table(s.location, columns=list(_SOURCE_COLUMNS)) for s in sources]
+    # A small source file's rows are copied, not added: read it whole, once.
+    small_rows = {j: pq.read_table(s.location, schema=schema) for j, s in enumerate(sources)
+                  if s.file.size < SMALL_FILE_BYTES}
+    parts = [small_rows[j].select(list(_SOURCE_COLUMNS)) if j in small_rows
+             else pq.read_table(s.location, columns=list(_SOURCE_COLUMNS))
+             for j, s in enumerate(sources)]
     cuts = np.cumsum([0, *(p.num_rows for p in parts)])
     everything = pa.concat_tables(parts) if parts else schema.empty_table().select(
         list(_SOURCE_COLUMNS))
@@ -286,7 +296,8 @@ def _plan(path: str, snapshot: LogSnapshot, sources: Sequence[Source],
                 f"part-latest-{s.file.path.removeprefix('part-')}")
             added.append((s, name, np.flatnonzero(~mine).astype(np.uint64)))
         else:
-            kept.append(pq.read_table(s.location, schema=schema).filter(pa.array(mine)))
+            rows_j = small_rows[j] if j in small_rows else pq.read_table(s.location, schema=schema)
+            kept.append(rows_j.filter(pa.array(mine)))
     heavy = [i for i, d in deleted.items() if d.size >= REWRITE_DELETED_SHARE * physical[i]]
     small = [i for i, f in enumerate(files) if f.size < SMALL_FILE_BYTES]
     rewrite = sorted({*heavy, *(small if len(small) >= SMALL_FILES else [])})
@@ -348,20 +359,6 @@ def _copy(path: Path, out: BinaryIO) -> None:
         shutil.copyfileobj(src, out, 1 << 20)
 
 
-def _added(f: DataFile, name: str, vector: DvDescriptor | None) -> dict[str, Any]:
-    """The ``add`` of data file ``f`` under ``name`` (with ``vector``: bounds no longer tight)."""
-    action: dict[str, Any] = {
-        "path": name, "partitionValues": {}, "size": f.size,
-        "modificationTime": f.modification_time_ms, "dataChange": True, "stats": f.stats,
-    }
-    if vector is not None:
-        stats = orjson.loads(f.stats)
-        stats["tightBounds"] = False
-        action["stats"] = orjson.dumps(stats).decode()
-        action["deletionVector"] = vector.to_action()
-    return action
-
-
 def _np(table: pa.Table, column: str) -> npt.NDArray[Any]:
     array: npt.NDArray[Any] = table.column(column).combine_chunks().to_numpy(
         zero_copy_only=False)
@@ -396,17 +393,26 @@ def _remove(f: ActiveFile, now_ms: int) -> dict[str, Any]:
     return action
 
 
-def _add(f: ActiveFile, vector: DvDescriptor) -> dict[str, Any]:
-    """The ``add`` of ``f`` again, with ``vector`` (its statistics count its physical rows)."""
+def _add(path: str, partition_values: dict[str, str | None], size: int,
+         modification_time_ms: int, stats: str | None,
+         vector: DvDescriptor | None) -> dict[str, Any]:
+    """An ``add`` action, with ``vector`` if given.
+
+    A file's statistics count its physical rows: with a vector they no longer bound its live
+    rows tightly (``tightBounds`` false).
+    """
     action: dict[str, Any] = {
-        "path": f.path, "partitionValues": f.partition_values, "size": f.size,
-        "modificationTime": f.modification_time_ms, "dataChange": True,
-        "deletionVector": vector.to_action(),
+        "path": path, "partitionValues": partition_values, "size": size,
+        "modificationTime": modification_time_ms, "dataChange": True,
     }
-    if f.stats is not None:
-        stats = orjson.loads(f.stats)
-        stats["tightBounds"] = False
-        action["stats"] = orjson.dumps(stats).decode()
+    if stats is not None:
+        if vector is not None:
+            loose = orjson.loads(stats)
+            loose["tightBounds"] = False
+            stats = orjson.dumps(loose).decode()
+        action["stats"] = stats
+    if vector is not None:
+        action["deletionVector"] = vector.to_action()
     return action
 
 
