@@ -35,10 +35,11 @@ DEFAULT_SHARDS = 8
 """Keys are hashed into this many shards; one Python call per shard per micro-batch."""
 
 STATE_LAYOUT_KEY = "state_layout"
-STATE_LAYOUT = "log/spread"
-"""How the stateful operator stores a shard (``revise.spark.operator``): a base snapshot and a
-log of steps (``revise.spark.shard_state``), under the shard's grouping key that spreads the
-shards evenly over the state partitions (``revise.spark.shard_keys``). Recorded in every
+STATE_LAYOUT = "log+inline/spread"
+"""How the stateful operator stores a shard (``revise.spark.operator``): a base snapshot (in
+the shard's ``meta`` value when small) and a log of steps (``revise.spark.shard_state``),
+under the shard's grouping key that spreads the shards evenly over the state partitions
+(``revise.spark.shard_keys``). Recorded in every
 checkpoint's ``revise-job.json`` under :data:`STATE_LAYOUT_KEY`; a checkpoint without it, or
 with another value, holds its state in a form this version does not read
 (:func:`check_state_layout`)."""

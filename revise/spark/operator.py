@@ -32,6 +32,7 @@ from revise.spark.output import REVISIONS_ONLY, MessageKinds, encode_output, sta
 from revise.spark.shard_keys import shard_of
 from revise.spark.shard_state import (
     BASE_SCHEMA,
+    INLINE_BASE_BYTES,
     LOG_SCHEMA,
     META_SCHEMA,
     EngineCache,
@@ -217,8 +218,17 @@ class ShardProcessor(_StatefulProcessor):
                 rest = skip_applied(self._log_entries(), stamp)
                 if rest is not None:
                     return replay(engine, rest)
+        if meta.inline is not None:  # no log beside an inline base
+            return Engine.build(self._cfg, meta.inline)
         engine = Engine.build(self._cfg, b"".join(bytes(c[0]) for c in self._base.get()))
         return replay(engine, self._log_entries())
+
+    def _drop_lists(self, meta: Meta) -> None:
+        """Empty the ``base`` and ``log`` lists that ``meta`` says hold something."""
+        if meta.inline is None:
+            self._base.clear()
+        if meta.log_entries:
+            self._log.clear()
 
     def _log_entries(self) -> Iterator[tuple[str, bytes]]:
         return ((str(r[0]), bytes(r[1])) for r in self._log.get())
@@ -242,15 +252,24 @@ class ShardProcessor(_StatefulProcessor):
                 self._handle.registerTimer(timer)
         if due is None and not engine.sealed:
             # Nothing open and nothing to remember: no state at all.
-            for var in (self._meta, self._base, self._log):
-                var.clear()
+            if meta is not None:
+                self._meta.clear()
+                self._drop_lists(meta)
             return
         records = (0 if meta is None else meta.log_records) + len(step.batch)
         entries = (0 if meta is None else meta.log_entries) + 1
-        if meta is None or should_rebase(records, entries, engine.open_windows):
-            new = Meta(new_nonce(), 0, 0, "", timer)
-            self._base.put(base_chunks(engine.snapshot()))
-            self._log.clear()
+        if (meta is None or meta.inline is not None
+                or should_rebase(records, entries, engine.open_windows)):
+            snapshot = engine.snapshot()
+            if len(snapshot) <= INLINE_BASE_BYTES:
+                new = Meta(new_nonce(), 0, 0, "", timer, snapshot)
+                if meta is not None:
+                    self._drop_lists(meta)
+            else:
+                new = Meta(new_nonce(), 0, 0, "", timer)
+                self._base.put(base_chunks(snapshot))
+                if meta is not None and meta.log_entries:
+                    self._log.clear()
         else:
             nonce = new_nonce()
             self._log.appendValue((nonce, step.encode()))

@@ -35,7 +35,7 @@ CASES: dict[str, tuple[JobConfig, str]] = {
         '{"query_id": "revise", "input_topic": "in", "window": "tumbling:10s", "grace_ms": 5000, '
         '"watermark_delay_ms": 0, "aggs": ["count", "sum", "min", "max", "mean"], '
         '"mode": "revision", "shards": 8, "fields": ["key", "ts", "value"], '
-        '"state_layout": "log/spread", "output": "tasks"}',
+        '"state_layout": "log+inline/spread", "output": "tasks"}',
     ),
     "bare_aggs_value_field": (
         JobConfig(
@@ -52,7 +52,7 @@ CASES: dict[str, tuple[JobConfig, str]] = {
             once=True, metrics_port=9100),
         '{"query_id": "q1", "input_topic": "in", "window": "hopping:10s:5s", "grace_ms": 0, '
         '"watermark_delay_ms": 2000, "aggs": ["count", "sum"], "mode": "watermark", '
-        '"shards": 3, "fields": ["user", "time", "amount"], "state_layout": "log/spread", '
+        '"shards": 3, "fields": ["user", "time", "amount"], "state_layout": "log+inline/spread", '
         '"output": "tasks"}',
     ),
     "fn_field_iso_emit": (
@@ -70,7 +70,7 @@ CASES: dict[str, tuple[JobConfig, str]] = {
         '{"query_id": "q2", "input_topic": "in", "window": "session:30s", "grace_ms": 1000, '
         '"watermark_delay_ms": 0, "aggs": "count,p99(http.latency_ms),distinct(user.id)", '
         '"mode": "revision", "shards": 16, "fields": ["http.endpoint,region", "at", "value"], '
-        '"ts_format": "iso8601", "state_layout": "log/spread", "output": "tasks", '
+        '"ts_format": "iso8601", "state_layout": "log+inline/spread", "output": "tasks", '
         '"emit_policy": "on"}',
     ),
     "kafka_timestamp_epoch_s": (
@@ -81,7 +81,7 @@ CASES: dict[str, tuple[JobConfig, str]] = {
         '{"query_id": "revise", "input_topic": "in", "window": "tumbling:1m", "grace_ms": 0, '
         '"watermark_delay_ms": 0, "aggs": "sum(v),max(v)", "mode": "revision", "shards": 8, '
         '"fields": ["key", "@timestamp", "value"], "ts_format": "epoch_s", '
-        '"state_layout": "log/spread", "output": "tasks"}',
+        '"state_layout": "log+inline/spread", "output": "tasks"}',
     ),
 }
 

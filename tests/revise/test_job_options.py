@@ -39,7 +39,7 @@ def test_default_options_are_the_plain_input_spec_with_spec_schema_and_fingerpri
         "query_id": "q", "input_topic": "in", "window": "tumbling:1d", "grace_ms": 1000,
         "watermark_delay_ms": 0, "aggs": ["count", "sum", "min", "max", "mean"],
         "mode": "revision", "shards": 8, "fields": ["key", "ts", "value"],
-        STATE_LAYOUT_KEY: "log/spread", OUTPUT_LAYOUT_KEY: "tasks"}  # the layouts, recorded
+        STATE_LAYOUT_KEY: "log+inline/spread", OUTPUT_LAYOUT_KEY: "tasks"}  # the layouts, recorded
     assert config("--aggs", "count,max", "--value-field", "v").input_spec.plain
     # A nested value field keeps the bare form's columns; its shape is not the plain one.
     nested = config("--value-field", "payload.amount")
@@ -177,11 +177,11 @@ def test_a_checkpoint_records_its_state_layout_and_restarts(tmp_path):
     cfg = dataclasses.replace(config(), checkpoint=str(tmp_path / "log"))
     _check_checkpoint(cfg)
     assert json.loads((tmp_path / "log" / "revise-job.json").read_text())[STATE_LAYOUT_KEY] == (
-        "log/spread")
+        "log+inline/spread")
     _check_checkpoint(cfg)  # restarts
 
 
-@pytest.mark.parametrize("recorded", [None, "snapshot", "log"])
+@pytest.mark.parametrize("recorded", [None, "snapshot", "log", "log/spread"])
 def test_a_checkpoint_of_an_older_state_layout_is_refused_before_kafka_with_what_to_do(tmp_path,
                                                                                 recorded):
     import dataclasses

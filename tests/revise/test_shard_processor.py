@@ -37,6 +37,7 @@ class FakeValue:
         self.store[self.name] = tuple(value)
 
     def clear(self) -> None:
+        self.store.setdefault("_clears", []).append(self.name)
         self.store.pop(self.name, None)
 
 
@@ -191,25 +192,45 @@ def reference(batches: list[tuple[list, int]]) -> tuple[list[list[dict]], Engine
     return outs, engine
 
 
+@pytest.fixture
+def list_base(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every base in the ``base`` list, however small (none inline in ``meta``)."""
+    monkeypatch.setattr(operator, "INLINE_BASE_BYTES", 0)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("cached", [True, False])
-def test_stored_state_rebuilds_the_engine_it_had(seed, cached, fresh_cache):
+@pytest.mark.parametrize("inline_bytes", [0, 8_000, None])
+def test_stored_state_rebuilds_the_engine_it_had(seed, cached, inline_bytes, fresh_cache,
+                                                 monkeypatch):
+    """``inline_bytes``: every base in the list (0), bases moving between ``meta`` and the
+    list as the shard grows and shrinks (8,000 bytes: ~70 windows), the default (all inline)."""
+    if inline_bytes is not None:
+        monkeypatch.setattr(operator, "INLINE_BASE_BYTES", inline_bytes)
     batches = random_batches(seed, 30, keys=60)
     want, engine = reference(batches)
     store: dict[str, Any] = {}
+    inline = []
     for b, (recs, w) in enumerate(batches):
         if not cached:
             fresh_cache.take("t", 0)  # another worker each time: rebuild from base + log
         got = call(store, [rows(*recs)] if recs else [], w, batch_id=b)
         assert got == want[b], f"batch {b}"
-    assert any(op == "append" for _n, op, _k in store["_writes"]), "never logged a step"
+        if "meta" in store:
+            inline.append(Meta.of(store["meta"]).inline is not None)
+    if inline_bytes != 0:
+        assert any(inline), "no base was inline"
+    if inline_bytes is not None:
+        assert any(op == "append" for _n, op, _k in store["_writes"]), "never logged a step"
+    if inline_bytes == 8_000:
+        assert not all(inline), "the base never moved to the list"
     fresh_cache.take("t", 0)
     rebuilt = ShardProcessor(CFG, "topic", shards=1, token="t")
     rebuilt.init(FakeHandle(store))
     assert rebuilt._engine(0, Meta.of(store["meta"])).snapshot() == engine.snapshot()
 
 
-def test_a_batch_writes_its_step_not_the_state_once_the_state_outgrows_it():
+def test_a_batch_writes_its_step_not_the_state_once_the_state_outgrows_it(list_base):
     store: dict[str, Any] = {}
     call(store, [rows(*[(f"k{i}", 1_000) for i in range(500)])], 0)
     assert store["_writes"] == [("base", "put", 1)]
@@ -223,7 +244,7 @@ def test_a_batch_writes_its_step_not_the_state_once_the_state_outgrows_it():
     assert Meta.of(store["meta"]).log_entries == 0
 
 
-def test_a_worker_reads_only_the_steps_it_has_not_applied(monkeypatch):
+def test_a_worker_reads_only_the_steps_it_has_not_applied(monkeypatch, list_base):
     store: dict[str, Any] = {}
     worker_a, worker_b = EngineCache(), EngineCache()
     monkeypatch.setattr(operator, "_CACHE", worker_a)
@@ -237,6 +258,41 @@ def test_a_worker_reads_only_the_steps_it_has_not_applied(monkeypatch):
     got = call(store, [rows(("k1", 3_000))], 0, batch_id=3)
     assert store.pop("_reads") == ["log"]
     assert [(r["key"], r["count"], r["revision"]) for r in got] == [("k1", 3, 2)]
+
+
+def test_a_small_shard_keeps_its_base_in_meta_and_touches_no_list():
+    """A shard of a few windows: each call reads and writes ``meta`` only, and the base it
+    stores there rebuilds the engine in a worker that never ran the shard."""
+    store: dict[str, Any] = {}
+    for b in range(5):
+        call(store, [rows(*[(f"k{i}", 1_000 + b) for i in range(20)])], 0, batch_id=b)
+    assert "_writes" not in store and "_clears" not in store and "_reads" not in store
+    meta = Meta.of(store["meta"])
+    assert meta.inline is not None and meta.log_entries == 0
+    operator._CACHE.take("t", 0)
+    got = call(store, [rows(("k1", 2_000))], 0, batch_id=5)
+    assert [(r["key"], r["count"], r["revision"]) for r in got] == [("k1", 6, 5)]
+    assert "_reads" not in store, "rebuilt from meta alone"
+
+
+def test_a_base_moves_between_meta_and_the_list_as_the_shard_grows_and_shrinks(monkeypatch):
+    monkeypatch.setattr(operator, "INLINE_BASE_BYTES", 4_000)  # ~30 windows
+    store: dict[str, Any] = {}
+    call(store, [rows(*[(f"k{i}", 1_000) for i in range(10)])], 0)
+    assert Meta.of(store["meta"]).inline is not None
+    call(store, [rows(*[(f"k{i}", 1_000) for i in range(200)])], 0, batch_id=1)
+    assert Meta.of(store["meta"]).inline is None and store["_writes"] == [("base", "put", 1)]
+    call(store, [rows(("k1", 2_000))], 0, batch_id=2)  # small against 200 windows: logged
+    assert store["_writes"][-1] == ("log", "append", 1)
+    # [0, 10000) closes at 15,000; one window of a new key stays open: back into meta.
+    operator._CACHE.take("t", 0)
+    out = call(store, [rows(("z", 20_000))], 15_000, batch_id=3)
+    assert sum(r["timing"] == "FINAL" for r in out) == 200
+    meta = Meta.of(store["meta"])
+    assert meta.inline is not None and meta.log_entries == 0
+    assert store["_clears"] == ["base", "log"] and "base" not in store and "log" not in store
+    got = call(store, [rows(("z", 21_000))], 15_000, batch_id=4)
+    assert [(r["key"], r["count"]) for r in got] == [("z", 2)]
 
 
 def test_a_cached_engine_ahead_of_the_restored_state_is_not_used():
@@ -256,7 +312,7 @@ def test_a_cached_engine_ahead_of_the_restored_state_is_not_used():
     assert [(r["key"], r["count"], r["revision"]) for r in got] == [("a", 3, 2)]
 
 
-def test_a_cached_engine_of_a_diverged_log_is_not_used():
+def test_a_cached_engine_of_a_diverged_log_is_not_used(list_base):
     store: dict[str, Any] = {}
     call(store, [rows(*[(f"k{i}", 1_000) for i in range(50)])], 0, batch_id=0)
     call(store, [rows(("k1", 2_000))], 0, batch_id=1)
