@@ -4,8 +4,6 @@ Layout of ``<checkpoint>`` (``--checkpoint``, a local or mounted folder)::
 
     revise-job.json    CHECKPOINT_META  the settings the job was started with (its fingerprint)
     revise-run.json    RUN_FILE         where the job writes, pid, heartbeat (revise.ops.runfile)
-    revise-stamps.json STAMPS_FILE      the last micro-batches' emitted_at_ms
-                                        (spark.task_output)
     sinks-done         DONE_FILE        the last micro-batch the sinks finished (spark.rewind)
     delta-files/       STAGE_DIR        micro-batches' data files waiting for their Delta commit
                                         (sinks.file_stage)
@@ -40,7 +38,6 @@ __all__ = [
     "SOURCES_DIR",
     "SPARK_DIR",
     "STAGE_DIR",
-    "STAMPS_FILE",
     "STATE_DIR",
     "SparkLog",
     "checkpoint_fingerprint",
@@ -48,7 +45,6 @@ __all__ = [
     "spark_dir",
     "spark_log_dir",
     "stage_dir",
-    "stamps_path",
     "write_atomic",
     "write_fingerprint",
 ]
@@ -59,9 +55,6 @@ RUN_FILE: Final = "revise-run.json"
 """The run file (:mod:`revise.ops.runfile`): what ``revise status`` learns a job from."""
 DONE_FILE: Final = "sinks-done"
 """The file holding the last micro-batch the sinks finished (:mod:`revise.spark.rewind`)."""
-STAMPS_FILE: Final = "revise-stamps.json"
-"""The last micro-batches' ``emitted_at_ms``, each recorded before its batch runs
-(:class:`revise.spark.task_output.Stamps`)."""
 STAGE_DIR: Final = "delta-files"
 """The sub-folder where micro-batches' data files wait for their Delta history commit
 (``sinks.file_stage``: one record per batch)."""
@@ -97,11 +90,6 @@ def spark_log_dir(checkpoint: str | Path, log: SparkLog) -> Path:
 def control_dir(checkpoint: str | Path) -> Path:
     """The control source's folder (close-all command files)."""
     return Path(checkpoint) / CONTROL_DIR
-
-
-def stamps_path(checkpoint: str | Path) -> Path:
-    """The file of the last micro-batches' ``emitted_at_ms``."""
-    return Path(checkpoint) / STAMPS_FILE
 
 
 def stage_dir(checkpoint: str | Path) -> Path:

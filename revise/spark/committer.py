@@ -24,8 +24,8 @@ from revise.jobconfig import JobConfig
 from revise.spark.close_all import BoundedEnd, set_input_end
 from revise.spark.output import BatchOutput, decode_output
 from revise.spark.rewind import record_done
-from revise.spark.spark_log import batch_offsets, last_committed_batch
-from revise.spark.task_output import Stamps, TaskWriter, set_batch, write, zombie_error
+from revise.spark.spark_log import batch_offsets, batch_timestamp, last_committed_batch
+from revise.spark.task_output import TaskWriter, set_batch, write, zombie_error
 from revise.vocab import TABLE_NAMES
 from sinks.delta_tables import AfterWrite, DeltaTables
 
@@ -180,7 +180,6 @@ class BatchCommitter:
         self.result = result
         self.crash_hook = crash_hook
         self.started = time.monotonic()
-        self._stamps: Stamps | None = None  # read from the checkpoint at the first batch
         self._task_crash_told = False
         self.last_batch_id: int | None = None
         self.error: BaseException | None = None
@@ -275,9 +274,9 @@ class BatchCommitter:
             set_input_end(spark, read)
             if self.bounded is not None and self.bounded.start_batch(read, control):
                 self.tables.end_staging()  # the close's FINALs: no staging them for the stop
-            if self._stamps is None:
-                self._stamps = Stamps(self.cfg.checkpoint)
-            emitted_at = self._stamps.of(batch_id, int(time.time() * 1000))
+            emitted_at = batch_timestamp(self.cfg.checkpoint, batch_id)
+            if emitted_at is None:  # no offset log entry (a stand-in batch): nothing replays it
+                emitted_at = int(time.time() * 1000)
             set_batch(spark, emitted_at)
             self._crash("before_kafka", batch_id)
             self._arm_task_crash(batch_id)

@@ -14,8 +14,8 @@ import json
 
 from revise.checkpoint import COMMITS_LOG, OFFSETS_LOG, SparkLog, spark_log_dir
 
-__all__ = ["batch_offsets", "batch_watermark", "last_committed_batch", "last_entry",
-           "recorded_shuffle_partitions"]
+__all__ = ["batch_offsets", "batch_timestamp", "batch_watermark", "last_committed_batch",
+           "last_entry", "recorded_shuffle_partitions"]
 
 
 def last_entry(checkpoint: str, log: SparkLog) -> int:
@@ -70,9 +70,23 @@ def batch_watermark(checkpoint: str, batch_id: int) -> int | None:
     The one in force during that batch (its second line's ``batchWatermarkMs``); None when
     the entry cannot be read.
     """
+    return _batch_metadata(checkpoint, batch_id, "batchWatermarkMs")
+
+
+def batch_timestamp(checkpoint: str, batch_id: int) -> int | None:
+    """When micro-batch ``batch_id`` was triggered (epoch ms), as Spark's offset log records it.
+
+    Spark writes the entry (its second line's ``batchTimestampMs``) before the batch runs and
+    runs a replayed batch with the recorded value: the same batch has the same timestamp in
+    every run. None when the entry cannot be read.
+    """
+    return _batch_metadata(checkpoint, batch_id, "batchTimestampMs")
+
+
+def _batch_metadata(checkpoint: str, batch_id: int, name: str) -> int | None:
     path = spark_log_dir(checkpoint, OFFSETS_LOG) / str(batch_id)
     try:
-        return int(json.loads(path.read_text().splitlines()[1])["batchWatermarkMs"])
+        return int(json.loads(path.read_text().splitlines()[1])[name])
     except (OSError, IndexError, KeyError, TypeError, ValueError):
         return None
 

@@ -1,8 +1,9 @@
 """The stateful tasks write the changelog: the driver's side of ``revise.jvm.TaskChangelog``.
 
-Each micro-batch, the committer (:mod:`revise.spark.committer`) picks the batch's
-``emitted_at_ms`` once (:class:`Stamps`: recorded in the checkpoint before the batch runs, so
-a replay stamps the same value), hands it to the tasks as a job property
+Each micro-batch, the committer (:mod:`revise.spark.committer`) takes the batch's
+``emitted_at_ms`` from Spark's offset log (``batchTimestampMs``, recorded before the batch runs
+and reused by a replay: :func:`~revise.spark.spark_log.batch_timestamp`), hands it to the
+tasks as a job property
 (:func:`set_batch`, read by the operator through :func:`batch_stamp`), and runs the batch
 through :func:`write`: Spark's stateful stage and, in the same tasks, the JVM writer that
 commits each partition's messages and progress in one Kafka transaction; only the tasks'
@@ -15,12 +16,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
 
-from revise.checkpoint import stamps_path, write_atomic
 from revise.spark.output import MESSAGE_KINDS
 from sinks.kafka import ProducerFencedError
 
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
     from sinks.latest_merge import MergeJob, MergeRunner
 
 __all__ = ["BATCH_PROPERTY", "PRODUCER_DEFAULTS", "PRODUCER_IDLE_MS", "TASK_CRASH_POINTS",
-           "ZOMBIE", "HistoryTarget", "Stamps", "TaskWriter", "batch_stamp",
+           "ZOMBIE", "HistoryTarget", "TaskWriter", "batch_stamp",
            "merge_on_executor", "set_batch", "settings", "task_crash_from_env", "write",
            "zombie_error"]
 
@@ -55,10 +54,6 @@ PRODUCER_IDLE_MS: Final = 300_000
 """An executor closes a kept producer or progress reader unused for this long (the driver
 closes its own JVM's when the query stops: :meth:`TaskWriter.close`)."""
 
-STAMPS_KEPT: Final = 8
-"""Batches whose ``emitted_at_ms`` the checkpoint keeps (a replay is of one of the last)."""
-
-
 def set_batch(spark: SparkSession, emitted_at_ms: int) -> None:
     """Hand the micro-batch's ``emitted_at_ms`` to the tasks the calling thread submits next."""
     spark.sparkContext.setLocalProperty(BATCH_PROPERTY, str(emitted_at_ms))
@@ -71,38 +66,6 @@ def batch_stamp() -> int | None:
     ctx = TaskContext.get()
     raw = ctx.getLocalProperty(BATCH_PROPERTY) if ctx else None
     return int(raw) if raw else None
-
-
-class Stamps:
-    """Each micro-batch's ``emitted_at_ms``, recorded before the batch runs.
-
-    The tasks put it into the Kafka messages and the Delta rows alike; a batch replayed after a
-    crash gets the value its first run recorded, so a partition whose transaction committed
-    then and one committing now carry the same stamp.
-    """
-
-    def __init__(self, checkpoint: str) -> None:
-        self._path = stamps_path(checkpoint)
-        self._kept: dict[int, int] = _read(self._path)
-
-    def of(self, batch_id: int, now_ms: int) -> int:
-        """The batch's stamp: the recorded one, else ``now_ms``, recorded durably first."""
-        known = self._kept.get(batch_id)
-        if known is not None:
-            return known
-        self._kept[batch_id] = now_ms
-        for old in sorted(self._kept)[:-STAMPS_KEPT]:
-            del self._kept[old]
-        write_atomic(self._path, json.dumps({str(b): t for b, t in sorted(self._kept.items())}))
-        return now_ms
-
-
-def _read(path: Path) -> dict[int, int]:
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    return {int(b): int(t) for b, t in raw.items()}
 
 
 def settings(*, query_id: str, batch_id: int, epoch: int, emitted_at_ms: int,

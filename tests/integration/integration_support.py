@@ -171,6 +171,8 @@ class SparkBatch:
     watermark_ms: int
     kafka_end: dict[int, int]
     control: int | None  # logOffset of the close-all command source, None before any file
+    # batchTimestampMs: when Spark triggered the batch (not compared: runs differ in it)
+    timestamp_ms: int = field(default=0, compare=False)
 
 
 def spark_batches(checkpoint: str, topic: str) -> list[SparkBatch]:
@@ -189,7 +191,7 @@ def spark_batches(checkpoint: str, topic: str) -> list[SparkBatch]:
         out.append(SparkBatch(
             int(p.name), int(meta["batchWatermarkMs"]),
             {int(k): int(v) for k, v in kafka.get(topic, {}).items()},
-            None if ctl is None else int(ctl["logOffset"]),
+            None if ctl is None else int(ctl["logOffset"]), int(meta["batchTimestampMs"]),
         ))
     ids = [b.batch_id for b in out]
     assert ids == list(range(len(ids))), f"offset log has gaps: {ids}"

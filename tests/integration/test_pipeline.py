@@ -58,6 +58,12 @@ def test_once_run_is_exactly_once_and_matches_the_oracle(case, job_setup, spark)
     assert all((b.kafka_end, b.control) != (a.kafka_end, a.control)
                for a, b in zip(batches, batches[1:], strict=False)), batches
     assert spark.conf.get(NO_DATA_BATCHES) == "true", "the session's own setting changed"
+    # Each revision is stamped with its micro-batch's trigger time as Spark's offset log
+    # records it (what a replay of the batch would reuse).
+    stamps = {b.batch_id: b.timestamp_ms for b in batches}
+    stamped = {(r["batch_id"], r["emitted_at_ms"]) for r in read_delta(setup.delta_path,
+                                                                       "revisions")}
+    assert stamped <= set(stamps.items()) and len(stamped) > 1, (stamped, stamps)
     assert result.input_records >= len(stream)
     assert result.revisions == report.revisions
     # The tasks' producers, in this JVM in local mode, were closed when the query stopped.

@@ -29,7 +29,7 @@ from revise.spark.close_all import (
 )
 from revise.spark.committer import BatchCommitter, JobResult
 from revise.spark.output import MessageKinds, decode_output, encode_output, stamp
-from revise.spark.spark_log import batch_offsets, last_entry
+from revise.spark.spark_log import batch_offsets, batch_timestamp, batch_watermark, last_entry
 from revise.spark.task_output import BATCH_PROPERTY
 from sinks.kafka import revision_key
 
@@ -52,11 +52,21 @@ def test_a_conditional_command_closes_only_where_the_input_reaches_its_offsets(t
     assert input_reached({}, {0: 0}) and not input_reached({}, {0: 1})
 
 
-def _offset_log(checkpoint: Path, batch_id: int, kafka: str, control: str) -> None:
+def _offset_log(checkpoint: Path, batch_id: int, kafka: str, control: str,
+                watermark_ms: int = 0, timestamp_ms: int = 0) -> None:
     folder = spark_log_dir(checkpoint, OFFSETS_LOG)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / str(batch_id)).write_text(
-        f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{{}}}}\n{kafka}\n{control}')
+        f'v1\n{{"batchWatermarkMs":{watermark_ms},"batchTimestampMs":{timestamp_ms},'
+        f'"conf":{{}}}}\n{kafka}\n{control}')
+
+
+def test_the_offset_log_gives_a_batchs_watermark_and_trigger_time(tmp_path):
+    assert batch_timestamp(str(tmp_path), 3) is None
+    _offset_log(tmp_path, 3, '{"in":{"0":5}}', "-", watermark_ms=7_000,
+                timestamp_ms=1_796_000_000_123)
+    assert batch_timestamp(str(tmp_path), 3) == 1_796_000_000_123
+    assert batch_watermark(str(tmp_path), 3) == 7_000
 
 
 def test_the_offset_log_gives_a_batchs_input_and_control_offsets(tmp_path):

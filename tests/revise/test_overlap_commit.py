@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from test_job_options import config
 
+from revise.checkpoint import OFFSETS_LOG, spark_log_dir
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, REVISION_SCHEMA
 from revise.spark import committer as committer_module
 from revise.spark.committer import BatchCommitter, JobResult
@@ -125,19 +126,24 @@ def test_the_call_returns_before_the_writes_and_the_next_one_raises_their_error(
     committer.close()
 
 
-def test_a_replayed_batch_gets_the_emitted_at_its_first_run_recorded(tmp_path, monkeypatch):
+def test_a_batch_is_stamped_with_its_trigger_time_from_sparks_offset_log(tmp_path, monkeypatch):
+    """A replay (a new committer on the same checkpoint: a restart) gets the same stamp; a
+    batch without an offset log entry gets the wall clock."""
     out = _output(pa.Table.from_pylist([_ROW], schema=REVISION_SCHEMA))
     _no_spark(monkeypatch, out)
     cfg = dataclasses.replace(config(), checkpoint=str(tmp_path))
+    offsets = spark_log_dir(cfg.checkpoint, OFFSETS_LOG)
+    offsets.mkdir(parents=True)
+    (offsets / "4").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1234,"conf":{}}\n'
+                               '{"in":{"0":5}}\n')
     seen: list[str] = []
     monkeypatch.setattr(committer_module, "write",
                         lambda _df, settings: seen.append(settings) or NOTHING_COLLECTED)
-    clock = iter([1_000.0, 2_000.0, 3_000.0])
     monkeypatch.setattr(committer_module, "time", SimpleNamespace(
-        time=lambda: next(clock), monotonic=time.monotonic, sleep=time.sleep))
-    for _run in range(2):  # a new committer on the same checkpoint: a restart
+        time=lambda: 3_000.0, monotonic=time.monotonic, sleep=time.sleep))
+    for _run in range(2):
         committer = BatchCommitter(cfg, _Changelog(), _Tables(),  # type: ignore[arg-type]
                                    JobResult("q"))
         committer(_Batch(), 4)  # type: ignore[arg-type]
     committer(_Batch(), 5)  # type: ignore[arg-type]
-    assert seen == ["4:1000000", "4:1000000", "5:3000000"]
+    assert seen == ["4:1234", "4:1234", "5:3000000"]
