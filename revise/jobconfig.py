@@ -39,10 +39,9 @@ STATE_LAYOUT = "log+inline/spread"
 """How the stateful operator stores a shard (``revise.spark.operator``): a base snapshot (in
 the shard's ``meta`` value when small) and a log of steps (``revise.spark.shard_state``),
 under the shard's grouping key that spreads the shards evenly over the state partitions
-(``revise.spark.shard_keys``). Recorded in every
-checkpoint's ``revise-job.json`` under :data:`STATE_LAYOUT_KEY`; a checkpoint without it, or
-with another value, holds its state in a form this version does not read
-(:func:`check_state_layout`)."""
+(``revise.spark.shard_keys``). Recorded in every checkpoint's ``revise-job.json`` under
+:data:`STATE_LAYOUT_KEY`; a checkpoint without it, or with another value, holds its state in
+a form this version does not read (:func:`check_state_layout`)."""
 OUTPUT_LAYOUT_KEY = "output"
 OUTPUT_LAYOUT = "tasks"
 """Who writes the output: the stateful tasks, each state partition its own Kafka transactions

@@ -3,12 +3,12 @@
 Each micro-batch, the committer (:mod:`revise.spark.committer`) takes the batch's
 ``emitted_at_ms`` from Spark's offset log (``batchTimestampMs``, recorded before the batch runs
 and reused by a replay: :func:`~revise.spark.spark_log.batch_timestamp`), hands it to the
-tasks as a job property
-(:func:`set_batch`, read by the operator through :func:`batch_stamp`), and runs the batch
-through :func:`write`: Spark's stateful stage and, in the same tasks, the JVM writer that
-commits each partition's messages and progress in one Kafka transaction; only the tasks'
-Arrow chunks and reports come back. :func:`settings` is what every task is told: the query,
-the batch, the job's epoch (``sinks.kafka.partitions.adopt``) and the Java clients' settings.
+tasks as a job property (:func:`set_batch`, read by the operator through :func:`batch_stamp`),
+and runs the batch through :func:`write`: Spark's stateful stage and, in the same tasks, the
+JVM writer that commits each partition's messages and progress in one Kafka transaction; only
+the tasks' Arrow chunks and reports come back. :func:`settings` is what every task is told:
+the query, the batch, the job's epoch (``sinks.kafka.partitions.adopt``) and the Java
+clients' settings.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ PRODUCER_DEFAULTS: Final[Mapping[str, str]] = {
 PRODUCER_IDLE_MS: Final = 300_000
 """An executor closes a kept producer or progress reader unused for this long (the driver
 closes its own JVM's when the query stops: :meth:`TaskWriter.close`)."""
+
 
 def set_batch(spark: SparkSession, emitted_at_ms: int) -> None:
     """Hand the micro-batch's ``emitted_at_ms`` to the tasks the calling thread submits next."""
