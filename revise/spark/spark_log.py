@@ -83,10 +83,17 @@ def batch_timestamp(checkpoint: str, batch_id: int) -> int | None:
     return _batch_metadata(checkpoint, batch_id, "batchTimestampMs")
 
 
-def _batch_metadata(checkpoint: str, batch_id: int, name: str) -> int | None:
+def _batch_metadata(checkpoint: str, batch_id: int, *keys: str) -> int | None:
+    """The number at ``keys`` in offset log entry ``batch_id``'s metadata (its second line).
+
+    None when the entry cannot be read or holds no number there.
+    """
     path = spark_log_dir(checkpoint, OFFSETS_LOG) / str(batch_id)
     try:
-        return int(json.loads(path.read_text().splitlines()[1])[name])
+        value = json.loads(path.read_text().splitlines()[1])
+        for key in keys:
+            value = value[key]
+        return int(value)
     except (OSError, IndexError, KeyError, TypeError, ValueError):
         return None
 
@@ -100,9 +107,4 @@ def recorded_shuffle_partitions(checkpoint: str) -> int | None:
     last = last_entry(checkpoint, OFFSETS_LOG)
     if last < 0:
         return None
-    try:
-        meta = json.loads(spark_log_dir(checkpoint, OFFSETS_LOG).joinpath(str(last))
-                          .read_text().splitlines()[1])
-        return int(meta["conf"]["spark.sql.shuffle.partitions"])
-    except (OSError, ValueError, KeyError, IndexError):
-        return None
+    return _batch_metadata(checkpoint, last, "conf", "spark.sql.shuffle.partitions")

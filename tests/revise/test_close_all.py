@@ -29,7 +29,13 @@ from revise.spark.close_all import (
 )
 from revise.spark.committer import BatchCommitter, JobResult
 from revise.spark.output import MessageKinds, decode_output, encode_output, stamp
-from revise.spark.spark_log import batch_offsets, batch_timestamp, batch_watermark, last_entry
+from revise.spark.spark_log import (
+    batch_offsets,
+    batch_timestamp,
+    batch_watermark,
+    last_entry,
+    recorded_shuffle_partitions,
+)
 from revise.spark.task_output import BATCH_PROPERTY
 from sinks.kafka import revision_key
 
@@ -67,6 +73,11 @@ def test_the_offset_log_gives_a_batchs_watermark_and_trigger_time(tmp_path):
                 timestamp_ms=1_796_000_000_123)
     assert batch_timestamp(str(tmp_path), 3) == 1_796_000_000_123
     assert batch_watermark(str(tmp_path), 3) == 7_000
+    assert recorded_shuffle_partitions(str(tmp_path)) is None  # the entry records none
+    folder = spark_log_dir(tmp_path, OFFSETS_LOG)
+    (folder / "4").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,'
+                              '"conf":{"spark.sql.shuffle.partitions":"3"}}\n-\n-')
+    assert recorded_shuffle_partitions(str(tmp_path)) == 3
 
 
 def test_the_offset_log_gives_a_batchs_input_and_control_offsets(tmp_path):
