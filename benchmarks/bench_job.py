@@ -35,7 +35,9 @@ follows the CPU work, so this says which side a variant's extra time is spent on
 cluster (``REVISE_SPARK_MASTER=spark://…``) the executors are processes apart: their JVMs' and
 Python workers' CPU seconds are ``cpu_executors_s``. Ratios are
 of figures measured side by side in the same run; ``--repeat N`` runs N rounds of all variants
-round-robin and reports each variant's median run.
+round-robin and reports each variant's median run. ``VARIANT+c1`` runs a variant with only the
+JVM's quick C1 compiler (``-XX:TieredStopAtLevel=1``) beside the others: the JIT compilers'
+share of a short run's CPU against the slower code they leave.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from typing import Any
 
 from benchmarks.jvm_threads import JvmThreadCpu
 from benchmarks.proc_tree import CpuUse, PeakRss
+from revise.infra.procs import JVM_OPTIONS_ENV
 from revise.kafka import SPARK_SOURCE_DEFAULTS
 
 __all__ = ["main"]
@@ -273,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", default="tumbling:10s")
     p.add_argument("--grace", default="10s")
     p.add_argument("--variants", default=",".join(VARIANTS),
-                   help=f"comma-separated, of {', '.join(ALL_VARIANTS)}")
+                   help=f"comma-separated, of {', '.join(ALL_VARIANTS)}; a name ending in "
+                        f"{C1_SUFFIX} runs that variant with only the JVM's C1 compiler "
+                        f"({C1_OPTION})")
     p.add_argument("--partitions", type=int, default=4, help="input topic partitions")
     p.add_argument("--bootstrap", help="Kafka bootstrap (default: an embedded broker started here)")
     p.add_argument("--variant", help=argparse.SUPPRESS)
@@ -317,6 +322,9 @@ def _child(
         options += ["--native-max-poll-records", str(args.native_max_poll_records)]
     if args.jvm_threads:
         options.append("--jvm-threads")
+    if variant.endswith(C1_SUFFIX):
+        variant = variant.removesuffix(C1_SUFFIX)
+        env[JVM_OPTIONS_ENV] = " ".join(filter(None, [env.get(JVM_OPTIONS_ENV), C1_OPTION]))
     if variant.endswith(BASELINE_SUFFIX):
         options = []  # another tree's bench_job may not know them
         if not args.baseline:
@@ -347,6 +355,10 @@ def _child(
 
 
 BASELINE_SUFFIX = "@base"
+C1_SUFFIX = "+c1"
+"""A variant named ``VARIANT+c1`` (or ``VARIANT@base+c1``) runs with only the JVM's quick C1
+compiler: :data:`C1_OPTION` appended to ``$REVISE_JVM_OPTIONS`` for its process."""
+C1_OPTION = "-XX:TieredStopAtLevel=1"
 
 
 def _pairs(variants: list[str]) -> list[tuple[str, str]]:
@@ -354,7 +366,8 @@ def _pairs(variants: list[str]) -> list[tuple[str, str]]:
 
     Revise against Spark native, ``revision-eos`` against ``revision-overlap`` and
     ``revision-noop`` (its throughput ÷ ``revision-eos``'s is how much the output slows the
-    job), and a variant against its ``@base`` run.
+    job), a variant against its ``@base`` run, and a ``+c1`` variant against the same variant
+    and against native.
     """
     pairs: list[tuple[str, str]] = [(ours, peer) for peer in ("spark-native", "spark-native-kafka")
              for ours in ("revision-eos", "revision-overlap", "watermark-eos")
@@ -363,6 +376,10 @@ def _pairs(variants: list[str]) -> list[tuple[str, str]]:
         if other in variants and "revision-eos" in variants:
             pairs.append((other, "revision-eos"))
     pairs += [(v, v + BASELINE_SUFFIX) for v in variants if v + BASELINE_SUFFIX in variants]
+    pairs += [(v + C1_SUFFIX, v) for v in variants if v + C1_SUFFIX in variants]
+    pairs += [(ours + C1_SUFFIX, peer) for peer in ("spark-native", "spark-native-kafka")
+              for ours in ("revision-eos", "watermark-eos")
+              if ours + C1_SUFFIX in variants and peer in variants]
     return pairs
 
 

@@ -229,6 +229,34 @@ def test_bench_job_keeps_every_micro_batch_with_its_steps(tmp_path):
     assert figures["checkpoint_mb"] == round(2048 / 2**20, 1)
 
 
+def test_bench_job_runs_a_c1_variant_with_only_the_quick_compiler(tmp_path, monkeypatch):
+    import argparse
+    import subprocess
+
+    from benchmarks import bench_job
+
+    seen: list[tuple[list[str], dict[str, str]]] = []
+
+    def run(cmd, **kwargs):
+        seen.append((cmd, kwargs["env"]))
+        return subprocess.CompletedProcess(cmd, 0, 'BENCH {"seconds": 1}\n', "")
+
+    monkeypatch.setattr(bench_job.subprocess, "run", run)
+    monkeypatch.setenv("REVISE_JVM_OPTIONS", "-Xss4m")
+    args = argparse.Namespace(native_max_poll_records=None, jvm_threads=False, baseline=None,
+                              batch=10, shards=2, window="tumbling:10s", grace="10s")
+    rows = [bench_job._child(args, v, "t", tmp_path, "b:1")
+            for v in ("revision-eos", "revision-eos+c1")]
+    assert [r["variant"] for r in rows if r] == ["revision-eos", "revision-eos+c1"]
+    (plain_cmd, plain_env), (c1_cmd, c1_env) = seen
+    assert plain_env["REVISE_JVM_OPTIONS"] == "-Xss4m"
+    assert c1_env["REVISE_JVM_OPTIONS"] == "-Xss4m -XX:TieredStopAtLevel=1"
+    assert c1_cmd[c1_cmd.index("--variant") + 1] == "revision-eos"
+    pairs = bench_job._pairs(["revision-eos", "revision-eos+c1", "spark-native-kafka"])
+    assert {("revision-eos+c1", "revision-eos"),
+            ("revision-eos+c1", "spark-native-kafka"),
+            ("revision-eos", "spark-native-kafka")} <= set(pairs)
+
 _THREADS_PROBE = """
 import ctypes, sys, threading, time
 libc = ctypes.CDLL(None)
@@ -345,7 +373,8 @@ def test_every_benchmarks_command_in_the_docs_is_one_its_module_accepts():
     for (module, argv), parsed in zip(commands, json.loads(done.stdout), strict=True):
         assert parsed is not None and "exit" not in parsed, (module, argv, parsed)
         if module == "benchmarks.bench_job":
-            variants = {v.removesuffix("@base") for v in parsed["variants"].split(",")}
+            variants = {v.removesuffix("+c1").removesuffix("@base")
+                        for v in parsed["variants"].split(",")}
             assert variants <= set(ALL_VARIANTS), (argv, variants - set(ALL_VARIANTS))
     # and every module of benchmarks/ is described there, by name
     modules = {p.stem for p in (root / "benchmarks").glob("*.py") if p.stem != "__init__"}
