@@ -183,9 +183,7 @@ class ShardProcessor(_StatefulProcessor):
         """
         out, self._out = self._out, None
         if out is not None:
-            chunks = _write(out, self._schema, self._messages, self._history)
-            if chunks is not None:
-                yield chunks
+            yield from _write(out, self._schema, self._messages, self._history)
 
     def close(self) -> None:
         """Spark's hook: nothing to release."""
@@ -320,8 +318,8 @@ class TaskOutput:
 
 
 def _write(out: TaskOutput, revision_schema: pa.Schema, messages: MessageKinds,
-           history: HistoryTarget | None) -> pd.DataFrame | None:
-    """A task's output written here, and the rows that say so.
+           history: HistoryTarget | None) -> list[pd.DataFrame]:
+    """A task's output written here, and the rows that say so (in frames).
 
     The revisions carry the micro-batch's ``emitted_at_ms`` (:func:`batch_stamp`); the
     revisions, too-late records and dead letters are written as one data file per history

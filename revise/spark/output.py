@@ -39,6 +39,7 @@ __all__ = [
     "MESSAGES_PER_ROW",
     "MESSAGE_KINDS",
     "OPEN_KIND",
+    "PAYLOAD_BYTES_PER_FRAME",
     "REPORT_KIND",
     "NO_MESSAGES",
     "REVISIONS_ONLY",
@@ -53,7 +54,7 @@ __all__ = [
 
 MESSAGE_KINDS: Final = ("revision", "late", "dead")
 """The record kinds that become Kafka messages, in the order of their topic index: a row of
-kind ``msg:<i>`` holds messages of ``MESSAGE_KINDS[i]`` (``sinks.kafka.partitions.frame``)."""
+kind ``msg:<i>`` holds messages of ``MESSAGE_KINDS[i]`` (``sinks.kafka.partitions.frame_parts``)."""
 
 REPORT_KIND: Final = "kafka"
 """The kind of the row each task adds after writing its messages (``revise.jvm.TaskChangelog``):
@@ -71,6 +72,11 @@ MESSAGES_PER_ROW: Final = 16_384
 close of hundreds of thousands of windows, reaches the JVM as rows Spark copies without
 growing one buffer to the whole output (a single row of ~1M revisions ran the local JVM out of
 heap)."""
+
+PAYLOAD_BYTES_PER_FRAME: Final = 1 << 30
+"""At most this many payload bytes in one of a task's output frames (but for a single larger
+row): an Arrow binary column, which PySpark's conversion and the JVM's reader take, holds less
+than 2 GiB."""
 
 FILE_KIND: Final = "file:"
 """Prefix of the kind of a row holding one data file's record; the rest is the table."""
@@ -218,22 +224,24 @@ def encode_output(*, revisions: pa.Table, late: pa.Table, dead: pa.Table,
                   files: Mapping[str, Sequence[DataFile]] | None = None,
                   open_windows: Mapping[int, int] | None = None,
                   messages: MessageKinds = REVISIONS_ONLY,
-                  partition: int = 0) -> pd.DataFrame | None:
-    """A task's output → the operator's rows (None when there is nothing to say).
+                  partition: int = 0) -> list[pd.DataFrame]:
+    """A task's output → the operator's rows, in frames (none when there is nothing to say).
 
     ``revisions`` (in ``revision_schema``, each window's in revision order, a close-all's FINALs
     last, already stamped, :func:`stamp`), ``late`` and ``dead`` give the Kafka messages of the
     kinds ``messages`` asks for and the counts. ``files``: the data files the worker wrote for
-    them. ``open_windows``
-    (shard → count): each called shard's open windows after its last call. ``partition``: the
-    state partition of the task (the ``counts`` row's ``rows``).
+    them. ``open_windows`` (shard → count): each called shard's open windows after its last
+    call. ``partition``: the state partition of the task (the ``counts`` row's ``rows``).
+
+    Each frame's ``payload`` column is one Arrow binary array (:func:`_frames`), which PySpark
+    sends to the JVM as it is; the rows keep their order across frames.
     """
-    rows: list[tuple[str, int, bytes]] = []
+    rows: list[tuple[str, int, list[bytes | pa.Buffer]]] = []
     for shard, count in (open_windows or {}).items():
-        rows.append((OPEN_KIND, count, str(shard).encode()))
+        rows.append((OPEN_KIND, count, [str(shard).encode()]))
     counts = BatchCounts.of(revisions, late, dead)
     if not counts.empty:
-        rows.append((COUNTS_KIND, partition, counts.to_json()))
+        rows.append((COUNTS_KIND, partition, [counts.to_json()]))
     for i, (kind, table) in enumerate((("revision", revisions), ("late", late),
                                        ("dead", dead))):
         if not messages.wants(kind):
@@ -242,15 +250,51 @@ def encode_output(*, revisions: pa.Table, late: pa.Table, dead: pa.Table,
             chunk = table.slice(at, MESSAGES_PER_ROW)
             rows.append((f"msg:{i}", chunk.num_rows, _messages(kind, chunk, revision_schema)))
     for table_name, table_files in (files or {}).items():
-        rows.extend((FILE_KIND + table_name, f.num_records, f.to_json()) for f in table_files)
-    if not rows:
-        return None
+        rows.extend((FILE_KIND + table_name, f.num_records, [f.to_json()]) for f in table_files)
+    return _frames(rows)
+
+
+def _frames(rows: list[tuple[str, int, list[bytes | pa.Buffer]]]) -> list[pd.DataFrame]:
+    """``(kind, rows, payload pieces)`` → DataFrames of at most :data:`PAYLOAD_BYTES_PER_FRAME`.
+
+    A frame's payloads are joined once into the data buffer of one Arrow binary array, held
+    by the frame as an Arrow-backed column: PySpark's pandas-to-Arrow conversion of the
+    operator's output takes such a column without copying it, where a column of Python
+    ``bytes`` is copied again into freshly allocated Arrow memory (a few MB a task, over a
+    GB in a daily run's close).
+    """
+    frames: list[pd.DataFrame] = []
+    group: list[tuple[str, int, list[bytes | pa.Buffer]]] = []
+    size = 0
+    for row in rows:
+        length = sum(len(p) for p in row[2])
+        if group and size + length > PAYLOAD_BYTES_PER_FRAME:
+            frames.append(_frame(group))
+            group, size = [], 0
+        group.append(row)
+        size += length
+    if group:
+        frames.append(_frame(group))
+    return frames
+
+
+def _frame(rows: list[tuple[str, int, list[bytes | pa.Buffer]]]) -> pd.DataFrame:
     import pandas as pd
 
+    lengths = np.array([sum(len(p) for p in parts) for _k, _n, parts in rows], dtype=np.int64)
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        msg = (f"a task's output row of {int(lengths.max())} bytes is more than an Arrow "
+               "binary column holds")
+        raise ValueError(msg)
+    data = b"".join(p for _k, _n, parts in rows for p in parts)
+    payload = pa.Array.from_buffers(pa.binary(), len(rows), [
+        None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
     return pd.DataFrame({
-        "kind": [k for k, _n, _b in rows],
-        "rows": [n for _k, n, _b in rows],
-        "payload": [b for _k, _n, b in rows],
+        "kind": [k for k, _n, _p in rows],
+        "rows": np.array([n for _k, n, _p in rows], dtype=np.int64),
+        "payload": pd.arrays.ArrowExtensionArray(payload),
     })
 
 
@@ -261,16 +305,17 @@ def stamp(revisions: pa.Table, emitted_at_ms: int) -> pa.Table:
     return revisions.set_column(i, revisions.schema.field(i), column)
 
 
-def _messages(kind: str, table: pa.Table, revision_schema: pa.Schema) -> bytes:
-    """One kind's records as framed Kafka messages (the changelog's JSON)."""
+def _messages(kind: str, table: pa.Table, revision_schema: pa.Schema
+              ) -> list[bytes | pa.Buffer]:
+    """One kind's records as framed Kafka messages (the changelog's JSON), in pieces."""
     from sinks.kafka.codec import encode_dead_letters, encode_late, encode_revisions
-    from sinks.kafka.partitions import frame
+    from sinks.kafka.partitions import frame_parts
 
     if kind == "revision":
-        return frame(*encode_revisions(table.cast(revision_schema), revision_schema))
+        return frame_parts(*encode_revisions(table.cast(revision_schema), revision_schema))
     if kind == "late":
-        return frame(*encode_late(table))
-    return frame(*encode_dead_letters(table))
+        return frame_parts(*encode_late(table))
+    return frame_parts(*encode_dead_letters(table))
 
 
 def decode_output(collected: pa.Table) -> BatchOutput:

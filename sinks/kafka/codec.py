@@ -238,8 +238,8 @@ def encode_revisions(table: pa.Table,
             ``count`` / ``FN_FIELD`` and ``prev_`` columns replace ``count`` … ``prev_mean``.
 
     Returns:
-        ``(keys, values)``, binary arrays (``sinks.kafka.partitions.frame`` frames them without
-        a Python object per message; ``.to_pylist()`` gives bytes): key =
+        ``(keys, values)``, binary arrays (``sinks.kafka.partitions.frame_parts`` frames them
+        without a Python object per message; ``.to_pylist()`` gives bytes): key =
         ``{"key":…,"window_start_ms":…,"window_end_ms":…}`` (the same
         bytes for a window every time, for partitioning and compaction); value = a JSON object
         with every field of ``schema`` in its order, nulls as ``null``, doubles with a decimal

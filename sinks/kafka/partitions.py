@@ -14,7 +14,7 @@ metadata is the JSON ``{"epoch", "batch", "emitted_at_ms"}``. This module is the
   job's stops (a zombie job);
 - :func:`read_progress`: each partition's last committed batch (``revise status``).
 
-:func:`frame` is the messages' wire form from the Python worker to the JVM writer.
+:func:`frame_parts` is the messages' wire form from the Python worker to the JVM writer.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from sinks.kafka.changelog_config import DEFAULT_PRODUCER_CONFIG
 from sinks.kafka.errors import ChangelogError, kafka_error
 from sinks.kafka.logs import client_conf, client_logging
 
-__all__ = ["ADOPT_ATTEMPTS", "PartitionProgress", "adopt", "ensure_progress_partitions", "frame",
-           "group_id", "last_committed", "read_progress", "transactional_id"]
+__all__ = ["ADOPT_ATTEMPTS", "PartitionProgress", "adopt", "ensure_progress_partitions",
+           "frame_parts", "group_id", "last_committed", "read_progress", "transactional_id"]
 
 _TIMEOUT_S: Final = 60.0
 
@@ -98,28 +98,30 @@ class PartitionProgress:
                    None if emitted is None else int(emitted))
 
 
-def frame(keys: pa.Array, values: pa.Array) -> bytes:
-    """Messages, column by column: the payload of an operator row of kind ``msg:<topic index>``.
+def frame_parts(keys: pa.Array, values: pa.Array) -> list[bytes | pa.Buffer]:
+    """Messages, column by column: the pieces whose concatenation is one ``msg:<i>`` payload.
 
     ``[int32 n][int32 key length × n (-1: no key)][int32 value length × n][the keys' bytes]
     [the values' bytes]``, big-endian, which ``TaskChangelog.frames`` reads. Built from the
     Arrow arrays' buffers with numpy, never a Python object per message: a micro-batch of
-    the 1M-key workload frames ~100k of them per task.
+    the 1M-key workload frames ~100k of them per task. The keys' and values' bytes are slices
+    of the arrays' own buffers: the caller joins the pieces of all its payloads once
+    (``revise.spark.output.encode_output``).
     """
     if len(keys) != len(values):
         msg = f"{len(keys)} keys for {len(values)} values"
         raise ValueError(msg)
     key_lengths, key_bytes = _column(keys)
     value_lengths, value_bytes = _column(values)
-    return b"".join((_LEN.pack(len(values)), key_lengths.astype(">i4").tobytes(),
-                     value_lengths.astype(">i4").tobytes(), key_bytes, value_bytes))
+    return [_LEN.pack(len(values)), key_lengths.astype(">i4").tobytes(),
+            value_lengths.astype(">i4").tobytes(), key_bytes, value_bytes]
 
 
 def _column(arr: pa.Array) -> tuple[npt.NDArray[np.int64], pa.Buffer | bytes]:
     """The lengths (-1 for a null) and the bytes, back to back, of a string or binary array.
 
-    The bytes are a slice of the array's own buffer (no copy): :func:`frame` copies them once,
-    into the payload.
+    The bytes are a slice of the array's own buffer (no copy): the payload's one join copies
+    them (:func:`frame_parts`).
     """
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()

@@ -29,7 +29,7 @@ from revise.spark.task_output import (
     zombie_error,
 )
 from sinks.kafka import PROGRESS_TOPIC, partitions, read_committed
-from sinks.kafka.partitions import adopt, frame, group_id, read_progress, transactional_id
+from sinks.kafka.partitions import adopt, frame_parts, group_id, read_progress, transactional_id
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -53,8 +53,9 @@ def _batch(job: dict[str, Any], batch_id: int, keys: list[str]) -> Any:
 
     schema = (StructType().add("kind", StringType()).add("rows", LongType())
               .add("payload", BinaryType()))
-    rows = [("msg:0", 1, frame(pa.array([k.encode()], pa.binary()),
-                                pa.array([f"{k}@{batch_id}".encode()], pa.binary())))
+    rows = [("msg:0", 1, b"".join(frame_parts(pa.array([k.encode()], pa.binary()),
+                                               pa.array([f"{k}@{batch_id}".encode()],
+                                                        pa.binary()))))
             for k in keys]
     rows.append(("open", 3, b"0"))  # passed through to the driver
     return job["spark"].createDataFrame(rows, schema).repartition(PARTITIONS)

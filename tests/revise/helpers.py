@@ -99,7 +99,7 @@ def streams(draw: st.DrawFn, max_records: int = 60, exact: bool = True) -> list[
 
 
 def unframe(payload: bytes) -> tuple[list[bytes | None], list[bytes]]:
-    """The keys and values of a ``msg:<i>`` payload (``sinks.kafka.partitions.frame``)."""
+    """The keys and values of a ``msg:<i>`` payload (``sinks.kafka.partitions.frame_parts``)."""
     (n,) = struct.unpack_from(">i", payload, 0)
     key_lengths = struct.unpack_from(f">{n}i", payload, 4)
     value_lengths = struct.unpack_from(f">{n}i", payload, 4 + 4 * n)

@@ -131,8 +131,8 @@ def _revisions(watermark_ms: int, n: int, key: str) -> pa.Table:
 def test_a_shards_rows_stamp_its_revisions_and_frame_them_as_the_changelogs_messages():
     revisions = stamp(_revisions(100, 3, "a"), 1234)
     late, dead = LATE_SCHEMA.empty_table(), DEAD_LETTER_SCHEMA.empty_table()
-    rows = encode_output(revisions=revisions, late=late, dead=dead, messages=MessageKinds())
-    assert rows is not None and list(rows["kind"]) == ["counts", "msg:0"]
+    (rows,) = encode_output(revisions=revisions, late=late, dead=dead, messages=MessageKinds())
+    assert list(rows["kind"]) == ["counts", "msg:0"]
     out = decode_output(pa.Table.from_pandas(rows, preserve_index=False))
     assert (dict(out.counts.revisions), out.counts.watermark_ms) == ({"FINAL": 3}, 100)
     sent = message_revisions(rows)
@@ -140,7 +140,7 @@ def test_a_shards_rows_stamp_its_revisions_and_frame_them_as_the_changelogs_mess
     assert {r["emitted_at_ms"] for r in sent} == {1234}
     keys, _values = unframe(rows["payload"][1])
     assert keys == [revision_key("a", i, 10) for i in range(3)]
-    assert encode_output(revisions=REVISION_SCHEMA.empty_table(), late=late, dead=dead) is None
+    assert encode_output(revisions=REVISION_SCHEMA.empty_table(), late=late, dead=dead) == []
 
 
 def test_the_committer_hands_the_batchs_input_end_to_its_tasks_and_writes_the_close(

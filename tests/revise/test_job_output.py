@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from helpers import message_revisions, unframe
@@ -46,9 +47,8 @@ def test_only_metadata_comes_back_whatever_the_number_of_revisions():
     for the driver are one counts row and the files' records, for 10 or 20,000 revisions."""
     a_file = DataFile("part-a.parquet", 10, 1, 20_000, '{"numRecords":20000}')
     for n in (10, 20_000):
-        frame = output.encode_output(revisions=_revisions(n), late=_NO_LATE, dead=_NO_DEAD,
-                                     files={"revisions": [a_file]})
-        assert frame is not None
+        (frame,) = output.encode_output(revisions=_revisions(n), late=_NO_LATE, dead=_NO_DEAD,
+                                        files={"revisions": [a_file]})
         rows = -(-n // output.MESSAGES_PER_ROW)
         assert frame["kind"].tolist() == ["counts", *["msg:0"] * rows, "file:revisions"]
         to_driver = frame[frame["kind"] != "msg:0"]
@@ -61,9 +61,8 @@ def test_a_tasks_messages_come_in_rows_of_bounded_size_in_order(monkeypatch):
     """A close of many windows: its messages span several ``msg:`` rows (each at most
     ``MESSAGES_PER_ROW``), which give every revision once, in order."""
     monkeypatch.setattr(output, "MESSAGES_PER_ROW", 3)
-    frame = output.encode_output(revisions=_revisions(8), late=_late(4), dead=_NO_DEAD,
-                                 messages=output.MessageKinds(late=True))
-    assert frame is not None
+    (frame,) = output.encode_output(revisions=_revisions(8), late=_late(4), dead=_NO_DEAD,
+                                    messages=output.MessageKinds(late=True))
     assert frame["kind"].tolist() == ["counts", *["msg:0"] * 3, *["msg:1"] * 2]
     assert frame["rows"].tolist()[1:] == [3, 3, 2, 3, 1]
     assert [r["window_start_ms"] for r in message_revisions(frame)] == [-i for i in range(8)]
@@ -72,36 +71,72 @@ def test_a_tasks_messages_come_in_rows_of_bounded_size_in_order(monkeypatch):
     assert [r["offset"] for r in late] == [0, 1, 2, 3]
 
 
+def test_a_tasks_output_splits_into_frames_of_bounded_payload_in_order(monkeypatch):
+    """Rows whose payloads together pass ``PAYLOAD_BYTES_PER_FRAME`` go out as several frames
+    (an Arrow binary column holds under 2 GiB), every row once and in order."""
+    monkeypatch.setattr(output, "MESSAGES_PER_ROW", 3)
+    (whole,) = output.encode_output(revisions=_revisions(10), late=_NO_LATE, dead=_NO_DEAD)
+    sizes = [len(p) for p in whole["payload"]]
+    monkeypatch.setattr(output, "PAYLOAD_BYTES_PER_FRAME", max(sizes) + 1)
+    frames = output.encode_output(revisions=_revisions(10), late=_NO_LATE, dead=_NO_DEAD)
+    assert len(frames) > 2
+    assert all(sum(len(p) for p in f["payload"]) <= max(sizes) + 1 for f in frames)
+    rows = pd.concat(frames, ignore_index=True)
+    assert rows["kind"].tolist() == whole["kind"].tolist()
+    assert [bytes(p) for p in rows["payload"]] == [bytes(p) for p in whole["payload"]]
+    assert [r["window_start_ms"] for r in message_revisions(rows)] == [-i for i in range(10)]
+
+
+def test_pysparks_conversion_sends_the_frames_payloads_as_they_are():
+    """The operator's output goes to the JVM through PySpark's pandas-to-Arrow conversion: it
+    takes the Arrow-backed payload column whole (the same bytes, the same buffer)."""
+    from pyspark.sql.conversion import PandasToArrowConversion
+    from pyspark.sql.types import StructField, StructType
+
+    (frame,) = output.encode_output(revisions=_revisions(5), late=_late(2), dead=_NO_DEAD,
+                                    messages=output.MessageKinds(late=True))
+    # as PySpark's serializer of the operator's output calls it (one struct column)
+    batch = PandasToArrowConversion.convert(
+        [frame], StructType([StructField("_0", output.output_type())]), timezone="UTC",
+        safecheck=True, arrow_cast=True)
+    sent = batch.column(0)
+    assert sent.field("kind").to_pylist() == frame["kind"].tolist()
+    assert sent.field("rows").to_pylist() == frame["rows"].tolist()
+    assert sent.field("payload").to_pylist() == [bytes(p) for p in frame["payload"]]
+    ours = pa.array(frame["payload"].array).buffers()[2]
+    assert sent.field("payload").buffers()[2].address == ours.address  # not copied
+
+
 def test_a_shard_without_output_yields_nothing():
     assert output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_NO_LATE,
-                                dead=_NO_DEAD) is None
+                                dead=_NO_DEAD) == []
 
 
 def test_late_records_and_dead_letters_are_messages_only_where_a_topic_takes_them():
     dead = pa.Table.from_pylist([{"raw_value": "x", "reason": "invalid JSON", "topic": "t",
                                   "partition": 0, "offset": 1, "batch_id": 1}],
                                 schema=DEAD_LETTER_SCHEMA)
-    none = output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_late(2),
-                                dead=dead)
-    assert none is not None and none["kind"].tolist() == ["counts"]  # counted, not sent
-    both = output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_late(2),
-                                dead=dead, messages=output.MessageKinds(late=True, dead=True))
-    assert both is not None and both["kind"].tolist() == ["counts", "msg:1", "msg:2"]
+    (none,) = output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_late(2),
+                                   dead=dead)
+    assert none["kind"].tolist() == ["counts"]  # counted, not sent
+    (both,) = output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_late(2),
+                                   dead=dead, messages=output.MessageKinds(late=True, dead=True))
+    assert both["kind"].tolist() == ["counts", "msg:1", "msg:2"]
     assert both["rows"].tolist() == [0, 2, 1]
 
 
 def test_counts_files_and_open_windows_of_every_task_add_up_on_the_driver(tmp_path):
     a_file = DataFile("part-a.parquet", 10, 1, 3, '{"numRecords":3}')
     b_file = DataFile("part-b.parquet", 20, 2, 1, '{"numRecords":1}')
-    a = output.encode_output(revisions=_revisions(2, watermark_ms=5), late=_late(3),
-                             dead=_NO_DEAD, files={"revisions": [a_file]},
-                             open_windows={3: 41, 4: 7})
-    b = output.encode_output(revisions=_revisions(1, "FINAL", watermark_ms=9), late=_NO_LATE,
-                             dead=_NO_DEAD, files={"revisions": [b_file]},
-                             open_windows={5: 0})
-    c = output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_NO_LATE,
-                             dead=_NO_DEAD, open_windows={6: 2})
-    assert c is not None and c["kind"].tolist() == [output.OPEN_KIND]  # still reports its count
+    (a,) = output.encode_output(revisions=_revisions(2, watermark_ms=5), late=_late(3),
+                                dead=_NO_DEAD, files={"revisions": [a_file]},
+                                open_windows={3: 41, 4: 7})
+    (b,) = output.encode_output(revisions=_revisions(1, "FINAL", watermark_ms=9),
+                                late=_NO_LATE, dead=_NO_DEAD, files={"revisions": [b_file]},
+                                open_windows={5: 0})
+    (c,) = output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_NO_LATE,
+                                dead=_NO_DEAD, open_windows={6: 2})
+    assert c["kind"].tolist() == [output.OPEN_KIND]  # still reports its count
     out = output.decode_output(_collect(a, b, c))
     assert out.files == {"revisions": [a_file, b_file]}
     assert (dict(out.counts.revisions), out.counts.late, out.counts.watermark_ms) == (
@@ -138,10 +173,9 @@ def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
     cfg = EngineConfig(WindowSpec.parse("tumbling:10ms"), 0, aggs=aggs)
     out = Engine.build(cfg, None).process(batch, watermark_ms=0, batch_id=4, now_ms=1)
     schema = revision_schema(aggs)
-    rows = output.encode_output(revisions=out.revisions.to_arrow().cast(schema),
-                                late=_NO_LATE, dead=pa.concat_tables(dead),
-                                revision_schema=schema)
-    assert rows is not None
+    (rows,) = output.encode_output(revisions=out.revisions.to_arrow().cast(schema),
+                                   late=_NO_LATE, dead=pa.concat_tables(dead),
+                                   revision_schema=schema)
     back = output.decode_output(_collect(rows[rows["kind"] != "msg:0"]))
     assert back.counts.dead == {"missing field 'a.b'": 1}
     (rev,) = message_revisions(rows, schema)
@@ -151,8 +185,8 @@ def test_fn_field_columns_feed_the_engine_and_the_revision_schema():
 def test_a_replays_counts_leave_out_the_partitions_that_had_committed_it():
     import pandas as pd
 
-    a = output.encode_output(revisions=_revisions(2), late=_NO_LATE, dead=_NO_DEAD, partition=0)
-    b = output.encode_output(revisions=_revisions(3, "FINAL"), late=_late(1), dead=_NO_DEAD,
+    (a,) = output.encode_output(revisions=_revisions(2), late=_NO_LATE, dead=_NO_DEAD, partition=0)
+    (b,) = output.encode_output(revisions=_revisions(3, "FINAL"), late=_late(1), dead=_NO_DEAD,
                              partition=1)
     reports = pd.DataFrame({
         "kind": ["kafka", "kafka"], "rows": [2, 3],
@@ -165,8 +199,12 @@ def test_a_replays_counts_leave_out_the_partitions_that_had_committed_it():
 
 
 def test_messages_are_framed_column_by_column_and_read_back_whole():
-    """``frame`` reads the arrays' buffers: null keys, empty values and a slice come back."""
-    from sinks.kafka.partitions import frame
+    """``frame_parts`` reads the arrays' buffers: null keys, empty values and a slice come
+    back."""
+    from sinks.kafka.partitions import frame_parts
+
+    def frame(keys: pa.Array, values: pa.Array) -> bytes:
+        return b"".join(frame_parts(keys, values))
 
     keys = pa.array([b"k0", None, b"", b"k3", b"k4"], pa.binary())
     values = pa.array(["v0", "", "v2", "v\u00e93", "v4"], pa.string())
