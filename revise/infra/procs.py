@@ -147,8 +147,9 @@ def jvm_options() -> list[str]:
     """The options of ``$REVISE_JVM_OPTIONS``, split as a shell would (none when unset).
 
     For example ``-XX:TieredStopAtLevel=1`` (only the JVM's quick C1 compiler): a run of
-    seconds starts faster and spends less CPU compiling (the test suite runs so); a job that
-    runs for long is faster with the default, which compiles hot code again with C2.
+    seconds starts faster and spends less CPU compiling (the test suite runs so); a stream's
+    micro-batches are planned about twice as fast with the default, which compiles hot code
+    again with C2 (docs/BENCHMARKS.md).
 
     Raises:
         ConfigError: The value is not valid shell words (an unclosed quote).

@@ -162,9 +162,10 @@ public final class TaskChangelog {
   }
 
   /**
-   * The messages of one {@code msg:} payload, column by column ({@code sinks.kafka.partitions.frame}):
-   * {@code [int32 n][int32 key length x n, -1 = none][int32 value length x n][keys][values]},
-   * big-endian, each handed to {@code each} as (key or null, value).
+   * The messages of one {@code msg:} payload, column by column ({@code
+   * sinks.kafka.partitions.frame_parts}): {@code [int32 n][int32 key length x n, -1 = none][int32
+   * value length x n][keys][values]}, big-endian, each handed to {@code each} as (key or null,
+   * value).
    */
   static void frames(byte[] payload,
       java.util.function.BiConsumer<byte[], byte[]> each) {
