@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -31,6 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sinks.kafka.codec import encode_revisions
     from sinks.kafka.partitions import frame_parts
 
+    def frame(keys: Any, values: Any) -> bytes:
+        """The messages' payload as a task's output builds it: the pieces, joined once."""
+        return b"".join(frame_parts(keys, values))
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     p.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
     p.add_argument("--repeat", type=int, default=3)
@@ -40,10 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rows in args.rows:
             table = revisions(1, rows)
             keys, values = encode_revisions(table)
-            payload = _frame(frame_parts, keys, values)
+            payload = frame(keys, values)
             per = 1e6 / rows
             encode_us = best_of(partial(encode_revisions, table), args.repeat) * per
-            frame_us = best_of(partial(_frame, frame_parts, keys, values), args.repeat) * per
+            frame_us = best_of(partial(frame, keys, values), args.repeat) * per
             parquet_us = best_of(partial(write_data_file, folder, table, prefix="b1"),
                                  args.repeat) * per
             print(f"rows={rows} encode_us={encode_us:.2f} frame_us={frame_us:.2f} "
@@ -52,11 +56,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0
-
-
-def _frame(frame_parts: Callable[[Any, Any], list[Any]], keys: Any, values: Any) -> bytes:
-    """The messages' payload as a task's output builds it: the pieces, joined once."""
-    return b"".join(frame_parts(keys, values))
 
 
 if __name__ == "__main__":

@@ -265,32 +265,36 @@ def _frames(rows: list[tuple[str, int, list[bytes | pa.Buffer]]]) -> list[pd.Dat
     """
     frames: list[pd.DataFrame] = []
     group: list[tuple[str, int, list[bytes | pa.Buffer]]] = []
+    lengths: list[int] = []
     size = 0
     for row in rows:
         length = sum(len(p) for p in row[2])
         if group and size + length > PAYLOAD_BYTES_PER_FRAME:
-            frames.append(_frame(group))
-            group, size = [], 0
+            frames.append(_frame(group, lengths))
+            group, lengths, size = [], [], 0
         group.append(row)
+        lengths.append(length)
         size += length
     if group:
-        frames.append(_frame(group))
+        frames.append(_frame(group, lengths))
     return frames
 
 
-def _frame(rows: list[tuple[str, int, list[bytes | pa.Buffer]]]) -> pd.DataFrame:
-    """One frame: ``kind``, ``rows`` and the payloads as one Arrow binary array (int32 offsets).
+def _frame(rows: list[tuple[str, int, list[bytes | pa.Buffer]]],
+           lengths: list[int]) -> pd.DataFrame:
+    """One frame: ``kind``, ``rows``, and the payloads as one binary array (int32 offsets).
+
+    ``lengths``: each row's payload bytes, as :func:`_frames` summed them.
 
     Raises:
         ValueError: A single row's payload is more than such an array holds.
     """
     import pandas as pd
 
-    lengths = np.array([sum(len(p) for p in parts) for _k, _n, parts in rows], dtype=np.int64)
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] > np.iinfo(np.int32).max:
-        msg = (f"a task's output row of {int(lengths.max())} bytes is more than an Arrow "
+        msg = (f"a task's output row of {max(lengths)} bytes is more than an Arrow "
                "binary column holds")
         raise ValueError(msg)
     data = b"".join(p for _k, _n, parts in rows for p in parts)
