@@ -5,7 +5,8 @@ micro-batch of 500k revisions is rendered without a Python call per row. Value =
 a JSON object with exactly the SPEC fields (§4 revisions, §6 late records and dead letters);
 key of a revision = canonical JSON ``{"key","window_start_ms","window_end_ms"}``: the same bytes
 for a window every time, so all its revisions go to one partition and compaction keeps the
-latest. Doubles keep a ``.0`` when integral (3 → ``3.0``); NaN and ±inf become ``null``.
+latest. Each field's text is orjson's (doubles: shortest round trip, ``3.0`` for an integral 3,
+``null`` for NaN and ±inf), so a value's bytes are ``orjson.dumps`` of its row as a dict.
 
 Trace: a revision of window ``[0,10000)`` of key ``a`` → key
 ``{"key":"a","window_start_ms":0,"window_end_ms":10000}``, value ``{"query_id":"q",…}``.
@@ -14,10 +15,9 @@ Trace: a revision of window ``[0,10000)`` of key ``a`` → key
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias
 
 import numpy as np
-import numpy.typing as npt
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,15 +45,25 @@ __all__ = [
     "revision_key",
 ]
 
-_INT_TEXT: Final = r"^-?[0-9]+$"
 _ESCAPED: Final = np.zeros(256, dtype=bool)
 _ESCAPED[[*range(0x20), ord('"'), ord("\\")]] = True
 """The bytes orjson escapes in a JSON string (checked over every code point): control
 characters, the quote and the backslash. A string without them is its JSON literal in quotes.
 None of them occurs inside a multi-byte UTF-8 character (those bytes are all >= 0x80)."""
 
-_Literals: TypeAlias = "pa.Array | str"
-"""A column's JSON literals: one per row, or one ``str`` when every row has the same."""
+
+class _Quoted(NamedTuple):
+    """A string column without nulls or characters to escape: its literals are its rows quoted.
+
+    The object's literal text around the column supplies the quotes: no pass over the column.
+    """
+
+    text: pa.Array
+
+
+_Literals: TypeAlias = "pa.Array | _Quoted | str"
+"""A column's JSON literals: one per row, its rows to quote, or one ``str`` when every row has
+the same."""
 
 
 def _constant(col: pa.Array) -> str | None:
@@ -84,12 +94,10 @@ def _needs_escape(col: pa.Array) -> bool:
     return bool(_ESCAPED[text].any())
 
 
-def _json_strings(col: pa.Array, floats: list[_Rendered] | None = None) -> _Literals:
+def _json_strings(col: pa.Array) -> _Literals:
     """Render one Arrow column as JSON literals (nulls as ``null``).
 
-    A column whose rows are all one value (the query id, the batch id…) is rendered once. A
-    floating-point column reuses the text of the rows it shares with a column already rendered
-    in ``floats`` (:func:`_json_doubles`), and is added to it.
+    A column whose rows are all one value (the query id, the batch id…) is rendered once.
     """
     t = col.type
     if pa.types.is_dictionary(t):
@@ -101,6 +109,8 @@ def _json_strings(col: pa.Array, floats: list[_Rendered] | None = None) -> _Lite
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         if not _needs_escape(col):
             # Nothing to escape (the usual case): the literal is the string in quotes.
+            if not col.null_count:
+                return _Quoted(col)
             out = pc.binary_join_element_wise('"', col, '"', "")
         else:
             # Escape each distinct string once (orjson), then gather: O(distinct) calls.
@@ -110,79 +120,42 @@ def _json_strings(col: pa.Array, floats: list[_Rendered] | None = None) -> _Lite
     elif pa.types.is_boolean(t) or pa.types.is_integer(t):
         out = col.cast(pa.string())
     elif pa.types.is_floating(t):
-        out = _json_doubles(col.cast(pa.float64()), [] if floats is None else floats)
+        return _json_doubles(col)
     else:  # rare types: one orjson call per value
         literals = [orjson.dumps(v).decode() for v in col.to_pylist()]
         out = pa.array(literals, pa.string())
     return pc.fill_null(out, "null")
 
 
-_Rendered: TypeAlias = "tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], pa.Array]"
-"""A float64 column already rendered: its values' bits, its validity, its JSON literals."""
+def _json_doubles(col: pa.Array) -> pa.Array | str:
+    """A floating-point column's JSON literals: orjson's text of each value, ``null`` for nulls.
 
-_MIN_SHARED: Final = 0.1
-"""Reuse another column's text when at least this share of the rows hold the same double."""
+    A column of one value (``completeness`` 1.0 on a close's FINALs, a ``prev_`` column of
+    first revisions: all null) is rendered once. Otherwise orjson renders the whole column as
+    one JSON array, in C (shortest round-trip text, ``3.0`` for an integral 3, ``null`` for NaN
+    and ±inf); no number's text holds a comma, so the commas split the array's bytes into the
+    rows' literals, which an Arrow string array then reads in place. Each literal but the last
+    keeps its comma, trimmed by one pass.
 
-
-def _json_doubles(col: pa.Array, rendered: list[_Rendered]) -> pa.Array:
-    """A float64 column's JSON literals (nulls as null), reusing ``rendered`` columns' text.
-
-    Formatting doubles is the costliest part of encoding revisions, and their columns repeat
-    each other row by row: ``prev_sum`` is ``sum`` on every FINAL that closed an unchanged
-    window, ``min``, ``max`` and ``mean`` are ``sum`` for a window of one record. The text of a
-    double depends only on its bits, so rows whose bits equal those of the earlier column that
-    shares the most rows take that column's text, and only the others are formatted. The
-    column is then added to ``rendered``.
-
-    Trace: ``sum`` [1.5, 2.0] rendered ``1.5``, ``2.0``; ``prev_sum`` [1.5, 3.0] → row 0 takes
-    ``1.5``, row 1 alone is formatted → ``3.0``.
+    Trace: [1.5, null, 3.0] → ``[1.5,null,3.0]`` → offsets 1, 5, 10, 13 → ``1.5,``,
+    ``null,``, ``3.0`` → ``1.5``, ``null``, ``3.0``.
     """
-    bits = _double_bits(col)
-    valid = np.ones(len(col), dtype=bool) if not col.null_count else (
-        col.is_valid().to_numpy(zero_copy_only=False))
-    best: tuple[int, npt.NDArray[np.bool_], pa.Array] | None = None
-    for other_bits, other_valid, other_text in rendered:
-        same = (bits == other_bits) & valid & other_valid
-        shared = int(np.count_nonzero(same))
-        if best is None or shared > best[0]:
-            best = (shared, same, other_text)
-    if best is None or best[0] < _MIN_SHARED * len(col):
-        out = _format_doubles(col)
-    else:
-        _shared, same, text = best
-        todo = valid & ~same
-        out = pc.if_else(pa.array(same), text, pa.scalar(None, pa.string()))
-        if todo.any():
-            out = pc.replace_with_mask(out, pa.array(todo),
-                                       _format_doubles(col.filter(pa.array(todo))))
-    rendered.append((bits, valid, out))
-    return out
-
-
-def _double_bits(col: pa.Array) -> npt.NDArray[np.int64]:
-    """The 64 bits of each double of a float64 column (null rows: whatever they hold)."""
-    data = col.buffers()[1]
-    if data is None:
-        return np.zeros(len(col), dtype=np.int64)
-    return np.frombuffer(data, dtype=np.int64)[col.offset:col.offset + len(col)]
-
-
-def _format_doubles(col: pa.Array) -> pa.Array:
-    """Each double's shortest round-trip text, ``3.0`` for an integral 3, null for NaN/±inf."""
-    out = col.cast(pa.string())
-    # 3 → 3.0 so JSON readers keep the double type, for the integral values only (rare in
-    # aggregates of real-valued data); 1e+20 already reads as a double.
-    integral = pc.fill_null(pc.equal(pc.floor(col), col), False)
-    if pc.any(integral).as_py():
-        text = pc.filter(out, integral)
-        text = pc.if_else(pc.match_substring_regex(text, _INT_TEXT),
-                          pc.binary_join_element_wise(text, ".0", ""), text)
-        out = pc.replace_with_mask(out, integral, text)
-    # NaN/±inf have no JSON form → null.
-    finite = pc.is_finite(col)
-    if not pc.all(finite).as_py():
-        out = pc.if_else(finite, out, pa.scalar(None, pa.string()))
-    return out
+    rows = len(col)
+    if rows == 0:
+        return pa.array([], pa.string())
+    if col.null_count == rows:
+        return "null"
+    values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)  # nulls → NaN → null
+    bits = values.view(np.int64)
+    if not col.null_count and (bits == bits[0]).all():  # bits: 0.0 and -0.0 render apart
+        return orjson.dumps(float(values[0])).decode()
+    text = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)
+    offsets = np.empty(rows + 1, dtype=np.int32)
+    offsets[0] = 1
+    offsets[1:rows] = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == ord(",")) + 1
+    offsets[rows] = len(text) - 1
+    out = pa.StringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(text))
+    return pc.utf8_rtrim(out, characters=",")
 
 
 def _json_objects(
@@ -191,21 +164,23 @@ def _json_objects(
     """One JSON object per row with the given columns in the given order (canonical bytes).
 
     ``cache`` holds already rendered columns (name → JSON literals) to share between the key
-    and the value of the same rows. Constant columns join the literal text around them, so
-    the row-wise join has fewer parts.
+    and the value of the same rows. Constant columns and quotes join the literal text around
+    them, so the row-wise join has fewer parts.
     """
-    parts: list[_Literals] = []
-    floats: list[_Rendered] = []  # this call's double columns, whose text later ones reuse
+    parts: list[str | pa.Array] = []
     text = ""  # literal text not yet added to ``parts``
     for i, name in enumerate(names):
         text += ("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":"
         lit = cache.get(name) if cache is not None else None
         if lit is None:
-            lit = _json_strings(table.column(name).combine_chunks(), floats)
+            lit = _json_strings(table.column(name).combine_chunks())
             if cache is not None:
                 cache[name] = lit
         if isinstance(lit, str):
             text += lit
+        elif isinstance(lit, _Quoted):
+            parts += [text + '"', lit.text]
+            text = '"'
         else:
             parts += [text, lit]
             text = ""
@@ -251,7 +226,7 @@ def encode_revisions(table: pa.Table,
     require_schema(table, schema, "revisions")
     if table.num_rows == 0:
         return _NO_BYTES, _NO_BYTES
-    cache: dict[str, pa.Array] = {}
+    cache: dict[str, _Literals] = {}
     keys = _json_objects(table, WINDOW_BOUNDS, cache)
     return _binary(keys), _binary(_json_objects(table, schema.names, cache))
 
