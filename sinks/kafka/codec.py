@@ -150,12 +150,13 @@ def _json_doubles(col: pa.Array) -> pa.Array | str:
     if not col.null_count and (bits == bits[0]).all():  # bits: 0.0 and -0.0 render apart
         return orjson.dumps(float(values[0])).decode()
     text = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)
-    offsets = np.empty(rows + 1, dtype=np.int32)
+    offsets = np.empty(rows + 1, dtype=np.int64)
     offsets[0] = 1
     offsets[1:rows] = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == ord(",")) + 1
     offsets[rows] = len(text) - 1
-    out = pa.StringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(text))
-    return pc.utf8_rtrim(out, characters=",")
+    out = pa.LargeStringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(text))
+    # To the other columns' type: the same bytes, narrower offsets (Arrow refuses > 2 GiB).
+    return pc.utf8_rtrim(out.cast(pa.string()), characters=",")
 
 
 def _json_objects(
