@@ -67,10 +67,13 @@ the same."""
 
 
 def _constant(col: pa.Array) -> str | None:
-    """The one JSON literal of a column whose rows are all the same non-null value, else None.
+    """The one JSON literal of a column whose rows are all null or all the same value, else None.
 
-    Not for doubles: ``0.0`` and ``-0.0`` compare equal and render apart.
+    Values compared only for strings, booleans and integers: doubles ``0.0`` and ``-0.0``
+    compare equal and render apart (:func:`_json_doubles` compares their bits).
     """
+    if len(col) and col.null_count == len(col):
+        return "null"
     t = col.type
     if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_boolean(t)
             or pa.types.is_integer(t)) or col.null_count or len(col) == 0:
@@ -130,12 +133,11 @@ def _json_strings(col: pa.Array) -> _Literals:
 def _json_doubles(col: pa.Array) -> pa.Array | str:
     """A floating-point column's JSON literals: orjson's text of each value, ``null`` for nulls.
 
-    A column of one value (``completeness`` 1.0 on a close's FINALs, a ``prev_`` column of
-    first revisions: all null) is rendered once. Otherwise orjson renders the whole column as
-    one JSON array, in C (shortest round-trip text, ``3.0`` for an integral 3, ``null`` for NaN
-    and ±inf); no number's text holds a comma, so the commas split the array's bytes into the
-    rows' literals, which an Arrow string array then reads in place. Each literal but the last
-    keeps its comma, trimmed by one pass.
+    A column of one value (``completeness`` 1.0 on a close's FINALs) is rendered once.
+    Otherwise orjson renders the whole column as one JSON array, in C (shortest round-trip
+    text, ``3.0`` for an integral 3, ``null`` for NaN and ±inf); no number's text holds a
+    comma, so the commas split the array's bytes into the rows' literals, which an Arrow string
+    array then reads in place. Each literal but the last keeps its comma, trimmed by one pass.
 
     Trace: [1.5, null, 3.0] → ``[1.5,null,3.0]`` → offsets 1, 5, 10, 13 → ``1.5,``,
     ``null,``, ``3.0`` → ``1.5``, ``null``, ``3.0``.
@@ -143,8 +145,6 @@ def _json_doubles(col: pa.Array) -> pa.Array | str:
     rows = len(col)
     if rows == 0:
         return pa.array([], pa.string())
-    if col.null_count == rows:
-        return "null"
     values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)  # nulls → NaN → null
     bits = values.view(np.int64)
     if not col.null_count and (bits == bits[0]).all():  # bits: 0.0 and -0.0 render apart
