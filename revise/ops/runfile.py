@@ -17,6 +17,7 @@ stops moving), and is stopped. Standard library only.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Final
 
 from revise.checkpoint import RUN_FILE, write_atomic
+
+log = logging.getLogger(__name__)
 
 __all__ = ["HEARTBEAT_S", "STALE_S", "Liveness", "RunFile", "RunInfo", "liveness",
            "read_run_file"]
@@ -165,7 +168,10 @@ class RunFile:
         """Stop the heartbeat and write ``state = "stopped"``.
 
         Unless another instance of the job has written the file since (it took over this
-        checkpoint and runs on): its file is left as it is.
+        checkpoint and runs on): its file is left as it is. A write that fails (a full disk, the
+        very error the job may be stopping on) is logged, not raised: the job's own error is
+        the one its caller must see, and ``revise status`` tells a file left at ``running`` by
+        its pid, which is gone once the job has exited.
         """
         self._stop.set()
         if self._thread is not None:
@@ -174,7 +180,10 @@ class RunFile:
         if now is not None and (now.pid, now.host, now.started_ms) != (
                 self.info.pid, self.info.host, self.info.started_ms):
             return
-        self._write(replace(self.info, state="stopped", heartbeat_ms=_now_ms()))
+        try:
+            self._write(replace(self.info, state="stopped", heartbeat_ms=_now_ms()))
+        except OSError as exc:
+            log.warning("revise could not mark %s stopped: %s", self.path, exc)
 
     def _beat(self) -> None:
         while not self._stop.wait(self._heartbeat_s):

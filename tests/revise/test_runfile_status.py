@@ -5,7 +5,9 @@ missing or foreign checkpoint."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -17,6 +19,7 @@ import pytest
 
 from revise.checkpoint import RUN_FILE
 from revise.errors import ConfigError
+from revise.ops import runfile
 from revise.ops.runfile import STALE_S, RunFile, RunInfo, liveness, read_run_file
 from revise.ops.status import BEHIND, OK, STOPPED, UNREADABLE, JobStatus, job_status
 
@@ -61,6 +64,24 @@ def test_the_run_file_beats_stops_and_leaves_another_instances_file_be(tmp_path)
     (tmp_path / RUN_FILE).write_text(newer.to_json())
     old.stop()
     assert read_run_file(str(tmp_path)) == newer
+
+
+def test_a_stop_on_a_full_disk_logs_and_leaves_the_jobs_own_error_to_be_raised(
+        tmp_path, monkeypatch, caplog):
+    run = RunFile(str(tmp_path), info(), heartbeat_s=60).start()
+
+    def full(path, content):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runfile, "write_atomic", full)
+    with caplog.at_level(logging.WARNING, logger=runfile.__name__):
+        run.stop()  # raises nothing: the caller is raising the job's own error
+    assert "could not mark" in caplog.text and "No space left" in caplog.text
+    left = read_run_file(str(tmp_path))
+    assert left is not None and left.state == "running"
+    # Once the job's process is gone, status sees it stopped all the same.
+    gone = dataclasses.replace(left, pid=_dead_pid())
+    assert not liveness(gone, now_ms=gone.heartbeat_ms).running
 
 
 def test_a_missing_or_foreign_checkpoint_is_a_configuration_error(tmp_path):
