@@ -21,10 +21,10 @@ from pathlib import Path
 from revise.errors import InfraError, SetupError
 from revise.infra import secure as _secure_mod
 from revise.infra.jars import classpath
-from revise.infra.procs import cap_malloc_arenas, java, jvm_options
+from revise.infra.procs import cap_malloc_arenas, java, jvm_options, selects_collector
 
-__all__ = ["BrokerError", "BrokerNode", "BrokerSetupError", "check_writable", "launch_node",
-           "new_cluster_id", "node_args", "write_node"]
+__all__ = ["BrokerError", "BrokerNode", "BrokerSetupError", "check_writable", "java_command",
+           "launch_node", "new_cluster_id", "node_args", "write_node"]
 
 
 class BrokerError(InfraError):
@@ -121,14 +121,23 @@ def check_writable(path: Path) -> None:
         raise BrokerSetupError(msg) from exc
 
 
+def java_command(args: list[str], *, heap: str = "1g") -> list[str]:
+    """A broker-side JVM's command (the broker, its storage tool), ``args`` last.
+
+    Kafka's classpath; G1, unless ``$REVISE_JVM_OPTIONS`` choose another collector (a JVM
+    given two refuses to start); those options after revise's own.
+    """
+    cp = os.pathsep.join(str(p) for p in classpath("kafka"))
+    user = jvm_options()
+    collector = [] if selects_collector(user) else ["-XX:+UseG1GC"]
+    return [java(), f"-Xmx{heap}", "-Xms128m", *collector, "-Djava.awt.headless=true",
+            *user, "-cp", cp, *args]
+
+
 def _run_java(
     args: list[str], *, log: Path | None = None, heap: str = "1g"
 ) -> subprocess.Popen[bytes]:
-    cp = os.pathsep.join(str(p) for p in classpath("kafka"))
-    cmd = [
-        java(), f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-        *jvm_options(), "-cp", cp, *args,
-    ]
+    cmd = java_command(args, heap=heap)
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
     try:
         env = dict(os.environ)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import shlex
 import shutil
@@ -24,7 +25,7 @@ from revise.errors import ConfigError, InfraError, SetupError
 
 __all__ = ["JVM_OPTIONS_ENV", "MALLOC_ARENAS", "MALLOC_ARENAS_ENV", "append_options",
            "cap_malloc_arenas", "free_port", "group_alive", "java", "jdk_tool", "jvm_options",
-           "pid_alive", "port_free", "runs_command", "terminate_all"]
+           "pid_alive", "port_free", "runs_command", "selects_collector", "terminate_all"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -160,6 +161,18 @@ def jvm_options() -> list[str]:
     except ValueError as exc:
         msg = f"${JVM_OPTIONS_ENV}={value!r} is not a list of options: {exc}"
         raise ConfigError(msg) from None
+
+
+_COLLECTOR = re.compile(r"-XX:\+Use\w+GC")
+
+
+def selects_collector(options: Sequence[str]) -> bool:
+    """Whether ``options`` choose the JVM's garbage collector (``-XX:+UseParallelGC`` …).
+
+    A JVM given two refuses to start ("Multiple garbage collectors selected"), so a JVM whose
+    command names its own collector drops it when ``$REVISE_JVM_OPTIONS`` chooses another.
+    """
+    return any(_COLLECTOR.fullmatch(opt) for opt in options)
 
 
 MALLOC_ARENAS_ENV: Final = "MALLOC_ARENA_MAX"

@@ -7,14 +7,15 @@ the archive mapped into the driver) is checked in tests/integration/test_infra.p
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from revise.errors import ConfigError
-from revise.infra import cds, spark_cluster
+from revise.infra import broker_node, cds, spark_cluster
 from revise.infra.jars import revise_jar_path
-from revise.infra.procs import JVM_OPTIONS_ENV, jvm_options
+from revise.infra.procs import JVM_OPTIONS_ENV, jvm_options, selects_collector
 from revise.spark.session import JAVA_OPTIONS, _add_jvm_options
 
 
@@ -45,6 +46,22 @@ def test_spark_gets_them_after_its_own_options(monkeypatch: pytest.MonkeyPatch) 
     untouched: dict[str, str] = {}
     _add_jvm_options(untouched)
     assert not any(key in untouched for key in JAVA_OPTIONS)
+
+
+@pytest.mark.parametrize("user", ["", "-XX:+UseParallelGC", "-XX:+UseSerialGC -Xss2m"])
+def test_the_broker_jvm_starts_with_whichever_collector_they_choose(
+        monkeypatch: pytest.MonkeyPatch, user: str) -> None:
+    """The broker's JVM names G1 itself; a collector of the user's replaces it, since a JVM
+    given two refuses to start. Checked by starting the real JVM with the broker's command."""
+    monkeypatch.setenv(JVM_OPTIONS_ENV, user)
+    cmd = broker_node.java_command(["-XX:+PrintFlagsFinal", "-version"], heap="256m")
+    assert ("-XX:+UseG1GC" in cmd) == (not selects_collector(user.split()))
+    ran = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    flags = [line.split() for line in ran.stdout.splitlines()]
+    chosen = {f[1] for f in flags if f[:1] == ["bool"] and len(f) > 3 and f[3] == "true"
+              and f[1] in {"UseG1GC", "UseParallelGC", "UseSerialGC", "UseZGC"}}
+    assert chosen == {user.split()[0].removeprefix("-XX:+") if user else "UseG1GC"}
 
 
 def test_the_local_spark_cluster_daemons_get_them(monkeypatch: pytest.MonkeyPatch,
