@@ -277,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grace", default="10s")
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help=f"comma-separated, of {', '.join(ALL_VARIANTS)}; a name ending in "
-                        f"{C1_SUFFIX} runs that variant with only the JVM's C1 compiler "
-                        f"({C1_OPTION})")
+                        + ", ".join(f"{sfx} runs that variant with {what} ({opt})"
+                                    for sfx, (opt, what) in JVM_SUFFIXES.items()))
     p.add_argument("--partitions", type=int, default=4, help="input topic partitions")
     p.add_argument("--bootstrap", help="Kafka bootstrap (default: an embedded broker started here)")
     p.add_argument("--variant", help=argparse.SUPPRESS)
@@ -322,9 +322,10 @@ def _child(
         options += ["--native-max-poll-records", str(args.native_max_poll_records)]
     if args.jvm_threads:
         options.append("--jvm-threads")
-    if variant.endswith(C1_SUFFIX):
-        variant = variant.removesuffix(C1_SUFFIX)
-        env[JVM_OPTIONS_ENV] = " ".join(filter(None, [env.get(JVM_OPTIONS_ENV), C1_OPTION]))
+    for suffix, (jvm_option, _) in JVM_SUFFIXES.items():
+        if variant.endswith(suffix):
+            variant = variant.removesuffix(suffix)
+            env[JVM_OPTIONS_ENV] = " ".join(filter(None, [env.get(JVM_OPTIONS_ENV), jvm_option]))
     if variant.endswith(BASELINE_SUFFIX):
         options = []  # another tree's bench_job may not know them
         if not args.baseline:
@@ -355,10 +356,12 @@ def _child(
 
 
 BASELINE_SUFFIX = "@base"
-C1_SUFFIX = "+c1"
-"""A variant named ``VARIANT+c1`` (or ``VARIANT@base+c1``) runs with only the JVM's quick C1
-compiler: :data:`C1_OPTION` appended to ``$REVISE_JVM_OPTIONS`` for its process."""
-C1_OPTION = "-XX:TieredStopAtLevel=1"
+JVM_SUFFIXES = {
+    "+c1": ("-XX:TieredStopAtLevel=1", "only the JVM's quick C1 compiler"),
+    "+pgc": ("-XX:+UseParallelGC", "the parallel garbage collector instead of G1"),
+}
+"""A variant named ``VARIANT+c1`` (or ``VARIANT@base+c1``) runs with the suffix's JVM option
+appended to ``$REVISE_JVM_OPTIONS`` for its process."""
 
 
 def _pairs(variants: list[str]) -> list[tuple[str, str]]:
@@ -366,8 +369,8 @@ def _pairs(variants: list[str]) -> list[tuple[str, str]]:
 
     Revise against Spark native, ``revision-eos`` against ``revision-overlap`` and
     ``revision-noop`` (its throughput ÷ ``revision-eos``'s is how much the output slows the
-    job), a variant against its ``@base`` run, and a ``+c1`` variant against the same variant
-    and against native.
+    job), a variant against its ``@base`` run, and a ``+c1`` or ``+pgc`` variant against the
+    same variant and against native (with the same option too, when it ran).
     """
     pairs: list[tuple[str, str]] = [(ours, peer) for peer in ("spark-native", "spark-native-kafka")
              for ours in ("revision-eos", "revision-overlap", "watermark-eos")
@@ -376,10 +379,12 @@ def _pairs(variants: list[str]) -> list[tuple[str, str]]:
         if other in variants and "revision-eos" in variants:
             pairs.append((other, "revision-eos"))
     pairs += [(v, v + BASELINE_SUFFIX) for v in variants if v + BASELINE_SUFFIX in variants]
-    pairs += [(v + C1_SUFFIX, v) for v in variants if v + C1_SUFFIX in variants]
-    pairs += [(ours + C1_SUFFIX, peer) for peer in ("spark-native", "spark-native-kafka")
-              for ours in ("revision-eos", "watermark-eos")
-              if ours + C1_SUFFIX in variants and peer in variants]
+    for sfx in JVM_SUFFIXES:
+        pairs += [(v + sfx, v) for v in variants if v + sfx in variants]
+        pairs += [(ours + sfx, peer + end)
+                  for peer in ("spark-native", "spark-native-kafka")
+                  for ours in ("revision-eos", "watermark-eos") for end in ("", sfx)
+                  if ours + sfx in variants and peer + end in variants]
     return pairs
 
 

@@ -256,6 +256,11 @@ def test_bench_job_runs_a_c1_variant_with_only_the_quick_compiler(tmp_path, monk
     assert {("revision-eos+c1", "revision-eos"),
             ("revision-eos+c1", "spark-native-kafka"),
             ("revision-eos", "spark-native-kafka")} <= set(pairs)
+    pairs = bench_job._pairs(["revision-eos", "revision-eos+pgc", "spark-native-kafka",
+                              "spark-native-kafka+pgc"])
+    assert {("revision-eos+pgc", "revision-eos"),
+            ("spark-native-kafka+pgc", "spark-native-kafka"),
+            ("revision-eos+pgc", "spark-native-kafka+pgc")} <= set(pairs)
 
 _THREADS_PROBE = """
 import ctypes, sys, threading, time
@@ -373,7 +378,7 @@ def test_every_benchmarks_command_in_the_docs_is_one_its_module_accepts():
     for (module, argv), parsed in zip(commands, json.loads(done.stdout), strict=True):
         assert parsed is not None and "exit" not in parsed, (module, argv, parsed)
         if module == "benchmarks.bench_job":
-            variants = {v.removesuffix("+c1").removesuffix("@base")
+            variants = {v.removesuffix("+c1").removesuffix("+pgc").removesuffix("@base")
                         for v in parsed["variants"].split(",")}
             assert variants <= set(ALL_VARIANTS), (argv, variants - set(ALL_VARIANTS))
     # and every module of benchmarks/ is described there, by name
