@@ -322,10 +322,10 @@ def _child(
         options += ["--native-max-poll-records", str(args.native_max_poll_records)]
     if args.jvm_threads:
         options.append("--jvm-threads")
-    for suffix, (jvm_option, _) in JVM_SUFFIXES.items():
-        if variant.endswith(suffix):
-            variant = variant.removesuffix(suffix)
-            env[JVM_OPTIONS_ENV] = " ".join(filter(None, [env.get(JVM_OPTIONS_ENV), jvm_option]))
+    while suffix := next((sfx for sfx in JVM_SUFFIXES if variant.endswith(sfx)), None):
+        variant = variant.removesuffix(suffix)
+        env[JVM_OPTIONS_ENV] = " ".join(filter(None, [env.get(JVM_OPTIONS_ENV),
+                                                      JVM_SUFFIXES[suffix][0]]))
     if variant.endswith(BASELINE_SUFFIX):
         options = []  # another tree's bench_job may not know them
         if not args.baseline:
@@ -360,8 +360,8 @@ JVM_SUFFIXES = {
     "+c1": ("-XX:TieredStopAtLevel=1", "only the JVM's quick C1 compiler"),
     "+pgc": ("-XX:+UseParallelGC", "the parallel garbage collector instead of G1"),
 }
-"""A variant named ``VARIANT+c1`` (or ``VARIANT@base+c1``) runs with the suffix's JVM option
-appended to ``$REVISE_JVM_OPTIONS`` for its process."""
+"""A variant named ``VARIANT+c1``, ``VARIANT+pgc`` (or ``VARIANT@base+c1``, ``VARIANT+c1+pgc``)
+runs with each suffix's JVM option appended to ``$REVISE_JVM_OPTIONS`` for its process."""
 
 
 def _pairs(variants: list[str]) -> list[tuple[str, str]]:

@@ -163,7 +163,7 @@ def jvm_options() -> list[str]:
         raise ConfigError(msg) from None
 
 
-_COLLECTOR = re.compile(r"-XX:\+Use\w+GC")
+_COLLECTOR = re.compile(r"-XX:\+Use(Serial|Parallel|ParallelOld|G1|Z|Shenandoah|Epsilon)GC")
 
 
 def selects_collector(options: Sequence[str]) -> bool:

@@ -246,12 +246,16 @@ def test_bench_job_runs_a_c1_variant_with_only_the_quick_compiler(tmp_path, monk
     args = argparse.Namespace(native_max_poll_records=None, jvm_threads=False, baseline=None,
                               batch=10, shards=2, window="tumbling:10s", grace="10s")
     rows = [bench_job._child(args, v, "t", tmp_path, "b:1")
-            for v in ("revision-eos", "revision-eos+c1")]
-    assert [r["variant"] for r in rows if r] == ["revision-eos", "revision-eos+c1"]
-    (plain_cmd, plain_env), (c1_cmd, c1_env) = seen
+            for v in ("revision-eos", "revision-eos+c1", "revision-eos+c1+pgc")]
+    assert [r["variant"] for r in rows if r] == [
+        "revision-eos", "revision-eos+c1", "revision-eos+c1+pgc"]
+    (plain_cmd, plain_env), (c1_cmd, c1_env), (both_cmd, both_env) = seen
     assert plain_env["REVISE_JVM_OPTIONS"] == "-Xss4m"
     assert c1_env["REVISE_JVM_OPTIONS"] == "-Xss4m -XX:TieredStopAtLevel=1"
     assert c1_cmd[c1_cmd.index("--variant") + 1] == "revision-eos"
+    assert both_env["REVISE_JVM_OPTIONS"] == (
+        "-Xss4m -XX:+UseParallelGC -XX:TieredStopAtLevel=1")
+    assert both_cmd[both_cmd.index("--variant") + 1] == "revision-eos"
     pairs = bench_job._pairs(["revision-eos", "revision-eos+c1", "spark-native-kafka"])
     assert {("revision-eos+c1", "revision-eos"),
             ("revision-eos+c1", "spark-native-kafka"),
@@ -362,11 +366,12 @@ def _commands_in(doc: str) -> list[tuple[str, list[str]]]:
 
 def test_every_benchmarks_command_in_the_docs_is_one_its_module_accepts():
     import json
+    import re
     import subprocess
     import sys
     from pathlib import Path
 
-    from benchmarks.bench_job import ALL_VARIANTS
+    from benchmarks.bench_job import ALL_VARIANTS, JVM_SUFFIXES
 
     root = Path(__file__).resolve().parents[2]
     doc = (root / "docs" / "BENCHMARKS.md").read_text()
@@ -378,8 +383,8 @@ def test_every_benchmarks_command_in_the_docs_is_one_its_module_accepts():
     for (module, argv), parsed in zip(commands, json.loads(done.stdout), strict=True):
         assert parsed is not None and "exit" not in parsed, (module, argv, parsed)
         if module == "benchmarks.bench_job":
-            variants = {v.removesuffix("+c1").removesuffix("+pgc").removesuffix("@base")
-                        for v in parsed["variants"].split(",")}
+            ends = "|".join(re.escape(e) for e in (*JVM_SUFFIXES, "@base"))
+            variants = {re.sub(f"({ends})+$", "", v) for v in parsed["variants"].split(",")}
             assert variants <= set(ALL_VARIANTS), (argv, variants - set(ALL_VARIANTS))
     # and every module of benchmarks/ is described there, by name
     modules = {p.stem for p in (root / "benchmarks").glob("*.py") if p.stem != "__init__"}

@@ -53,6 +53,8 @@ def test_the_broker_jvm_starts_with_whichever_collector_they_choose(
         monkeypatch: pytest.MonkeyPatch, user: str) -> None:
     """The broker's JVM names G1 itself; a collector of the user's replaces it, since a JVM
     given two refuses to start. Checked by starting the real JVM with the broker's command."""
+    # a flag of a collector's own is not a choice of collector
+    assert not selects_collector(["-XX:+UseAdaptiveSizePolicyWithSystemGC"])
     monkeypatch.setenv(JVM_OPTIONS_ENV, user)
     cmd = broker_node.java_command(["-XX:+PrintFlagsFinal", "-version"], heap="256m")
     assert ("-XX:+UseG1GC" in cmd) == (not selects_collector(user.split()))
