@@ -322,10 +322,9 @@ def _child(
         options += ["--native-max-poll-records", str(args.native_max_poll_records)]
     if args.jvm_threads:
         options.append("--jvm-threads")
-    while suffix := next((sfx for sfx in JVM_SUFFIXES if variant.endswith(sfx)), None):
-        variant = variant.removesuffix(suffix)
-        env[JVM_OPTIONS_ENV] = " ".join(filter(None, [env.get(JVM_OPTIONS_ENV),
-                                                      JVM_SUFFIXES[suffix][0]]))
+    variant, jvm_extra = split_jvm_suffixes(variant)
+    if jvm_extra:
+        env[JVM_OPTIONS_ENV] = " ".join(filter(None, [env.get(JVM_OPTIONS_ENV), *jvm_extra]))
     if variant.endswith(BASELINE_SUFFIX):
         options = []  # another tree's bench_job may not know them
         if not args.baseline:
@@ -362,6 +361,15 @@ JVM_SUFFIXES = {
 }
 """A variant named ``VARIANT+c1``, ``VARIANT+pgc`` (or ``VARIANT@base+c1``, ``VARIANT+c1+pgc``)
 runs with each suffix's JVM option appended to ``$REVISE_JVM_OPTIONS`` for its process."""
+
+
+def split_jvm_suffixes(name: str) -> tuple[str, list[str]]:
+    """``name`` without its :data:`JVM_SUFFIXES`, and their options (the last suffix first)."""
+    options: list[str] = []
+    while suffix := next((sfx for sfx in JVM_SUFFIXES if name.endswith(sfx)), None):
+        name = name.removesuffix(suffix)
+        options.append(JVM_SUFFIXES[suffix][0])
+    return name, options
 
 
 def _pairs(variants: list[str]) -> list[tuple[str, str]]:

@@ -366,12 +366,11 @@ def _commands_in(doc: str) -> list[tuple[str, list[str]]]:
 
 def test_every_benchmarks_command_in_the_docs_is_one_its_module_accepts():
     import json
-    import re
     import subprocess
     import sys
     from pathlib import Path
 
-    from benchmarks.bench_job import ALL_VARIANTS, JVM_SUFFIXES
+    from benchmarks.bench_job import ALL_VARIANTS, BASELINE_SUFFIX, split_jvm_suffixes
 
     root = Path(__file__).resolve().parents[2]
     doc = (root / "docs" / "BENCHMARKS.md").read_text()
@@ -383,8 +382,8 @@ def test_every_benchmarks_command_in_the_docs_is_one_its_module_accepts():
     for (module, argv), parsed in zip(commands, json.loads(done.stdout), strict=True):
         assert parsed is not None and "exit" not in parsed, (module, argv, parsed)
         if module == "benchmarks.bench_job":
-            ends = "|".join(re.escape(e) for e in (*JVM_SUFFIXES, "@base"))
-            variants = {re.sub(f"({ends})+$", "", v) for v in parsed["variants"].split(",")}
+            variants = {split_jvm_suffixes(v)[0].removesuffix(BASELINE_SUFFIX)
+                        for v in parsed["variants"].split(",")}
             assert variants <= set(ALL_VARIANTS), (argv, variants - set(ALL_VARIANTS))
     # and every module of benchmarks/ is described there, by name
     modules = {p.stem for p in (root / "benchmarks").glob("*.py") if p.stem != "__init__"}
