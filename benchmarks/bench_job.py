@@ -31,10 +31,12 @@ tree (driver JVM, Python driver and Python workers) and of each of the three
 (``peak_rss_jvm_driver_workers_mb``), and the CPU seconds each of those three spent
 (``cpu_s``; :mod:`benchmarks.proc_tree`): on a machine whose cores the run keeps busy, throughput
 follows the CPU work, so this says which side a variant's extra time is spent on
-(``--jvm-threads``: the JVM's by thread group, ``cpu_jvm_threads_s``). On a standalone
-cluster (``REVISE_SPARK_MASTER=spark://…``) the executors are processes apart: their JVMs' and
-Python workers' CPU seconds are ``cpu_executors_s``. Ratios are
-of figures measured side by side in the same run; ``--repeat N`` runs N rounds of all variants
+(``--jvm-threads``: the JVM's by thread group, ``cpu_jvm_threads_s``), and those the Kafka
+broker spent meanwhile when it runs on this machine (``cpu_broker_s``: the embedded one, or
+``revise broker start``'s): its share of the cores is part of what the output costs here. On
+a standalone cluster (``REVISE_SPARK_MASTER=spark://…``) the executors are processes apart:
+their JVMs' and Python workers' CPU seconds are ``cpu_executors_s``. Ratios are of figures
+measured side by side in the same run; ``--repeat N`` runs N rounds of all variants
 round-robin and reports each variant's median run. ``VARIANT+c1`` runs a variant with only the
 JVM's quick C1 compiler (``-XX:TieredStopAtLevel=1``) beside the others: the JIT compilers'
 share of a short run's CPU against the slower code they leave.
@@ -77,7 +79,8 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
     context = spark.sparkContext
     # On a standalone cluster the executors are processes of their own: counted by app id.
     app_id = context.applicationId if (context.master or "").startswith("spark://") else None
-    with PeakRss() as rss, CpuUse(app_id) as cpu, threads:
+    with PeakRss() as rss, CpuUse(app_id, _broker_pids(args.bootstrap, Path(args.work))) as cpu, \
+            threads:
         if args.variant.startswith("spark-native"):
             figures = _native(spark, args, work)
         else:
@@ -93,7 +96,23 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
     if app_id is not None:
         figures["cpu_executors_s"] = "/".join(
             str(cpu.seconds.get(k, 0.0)) for k in ("executors", "executor_workers"))
+    figures["cpu_broker_s"] = cpu.seconds.get("broker")
     return figures
+
+
+def _broker_pids(bootstrap: str, work: Path) -> list[int]:
+    """The processes of the broker at ``bootstrap`` when it runs on this machine, else none.
+
+    The broker ``bench_job`` embeds (under ``work``), or the one ``revise broker start``
+    started (its default home), when its address is ``bootstrap``.
+    """
+    from revise.infra import broker
+
+    for home in (work / "broker", None):
+        cluster = broker.status(home)  # every node up: its pids are the broker's
+        if cluster is not None and cluster.bootstrap_servers == bootstrap:
+            return cluster.pids
+    return []
 
 
 def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[str, Any]:
@@ -258,7 +277,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
     cols = ["variant", "records", "seconds", "records_per_s", "records_per_s_after_first_batch",
             "first_revision_s", "batches", "revisions", "collect_s", "kafka_commit_s",
             "delta_write_s", "batch_s_first5", "batch_s_last5", "checkpoint_mb", "peak_rss_mb",
-            "peak_rss_jvm_driver_workers_mb", "cpu_jvm_driver_workers_s"]
+            "peak_rss_jvm_driver_workers_mb", "cpu_jvm_driver_workers_s", "cpu_broker_s"]
     head = "| " + " | ".join(cols) + " |"
     sep = "|" + "|".join("---" for _ in cols) + "|"
     body = ["| " + " | ".join("-" if r.get(c) is None else str(r.get(c)) for c in cols) + " |"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+from collections.abc import Sequence
 from typing import Final
 
 import psutil
@@ -91,21 +92,30 @@ class CpuUse:
     With ``app_id`` (a standalone cluster's application) also ``executors`` (its executor
     JVMs) and ``executor_workers`` (their Python workers), counted from their start: they
     live for this application only, and start while the block may already run.
+
+    With ``broker_pids`` (a Kafka broker on this machine, outside the tree) also ``broker``:
+    what the broker spent inside the block, which on a machine it shares with the job is part
+    of what the job's output costs.
     """
 
-    def __init__(self, app_id: str | None = None) -> None:
+    def __init__(self, app_id: str | None = None, broker_pids: Sequence[int] = ()) -> None:
         self._proc = psutil.Process()
         self._app_id = app_id
+        self._broker = list(broker_pids)
         self._start: dict[int, float] = {}
         self.seconds: dict[str, float] = {}
 
     def _read(self) -> dict[int, tuple[str, float]]:
         out: dict[int, tuple[str, float]] = {}
         executors = dict(executor_processes(self._app_id)) if self._app_id is not None else {}
-        for p in [self._proc, *self._proc.children(recursive=True), *executors]:
+        others: dict[psutil.Process, str] = dict(executors)
+        for pid in self._broker:
+            with contextlib.suppress(psutil.Error):
+                others[psutil.Process(pid)] = "broker"
+        for p in [self._proc, *self._proc.children(recursive=True), *others]:
             try:
                 t = p.cpu_times()
-                k = executors.get(p) or kind(p, self._proc.pid)
+                k = others.get(p) or kind(p, self._proc.pid)
             except psutil.Error:
                 continue
             out[p.pid] = (k, t.user + t.system + t.children_user + t.children_system)
@@ -120,6 +130,8 @@ class CpuUse:
         totals: dict[str, float] = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
         if self._app_id is not None:
             totals |= {"executors": 0.0, "executor_workers": 0.0}
+        if self._broker:
+            totals["broker"] = 0.0
         for pid, (kind, cpu) in self._read().items():
             totals[kind] = totals.get(kind, 0.0) + cpu - self._start.get(pid, 0.0)
         self.seconds = {k: round(v, 1) for k, v in totals.items()}

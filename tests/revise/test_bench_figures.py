@@ -133,6 +133,45 @@ def test_cpu_use_counts_the_block_by_process_kind():
     assert seconds["jvm"] == 0.0, seconds  # no JVM in this process tree
 
 
+_BROKER_PROBE = """
+import json, subprocess, sys
+from benchmarks.proc_tree import CpuUse
+
+busy = ("import sys, time\\n"
+        "def burn(s):\\n    end = time.process_time() + s\\n"
+        "    while time.process_time() < end: pass\\n"
+        "burn(0.4)\\nprint('warm', flush=True)\\nsys.stdin.readline()\\n"
+        "burn(0.5)\\nprint('done', flush=True)\\nsys.stdin.readline()")
+broker = subprocess.Popen([sys.executable, "-c", busy], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True)
+try:
+    assert broker.stdout.readline() == "warm\\n"  # before the block: not counted
+    with CpuUse(broker_pids=[broker.pid]) as cpu:
+        broker.stdin.write("go\\n")
+        broker.stdin.flush()
+        assert broker.stdout.readline() == "done\\n"
+finally:
+    broker.kill()
+    broker.wait()
+print(json.dumps(cpu.seconds))
+"""
+
+
+def test_cpu_use_counts_the_brokers_processes_apart():
+    # The broker's pids count as ``broker`` (here a child, so also in the tree: counted once).
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _BROKER_PROBE], cwd=root, check=True,
+                          capture_output=True, text=True, timeout=60)
+    seconds = json.loads(done.stdout)
+    assert 0.5 <= seconds["broker"] < 0.85, seconds  # inside the block only
+    assert seconds["workers"] == 0.0, seconds  # not counted a second time as a Python worker
+
+
 _EXECUTOR_PROBE = """
 import json, subprocess, sys
 from benchmarks.proc_tree import CpuUse
