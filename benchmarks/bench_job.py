@@ -79,8 +79,8 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
     context = spark.sparkContext
     # On a standalone cluster the executors are processes of their own: counted by app id.
     app_id = context.applicationId if (context.master or "").startswith("spark://") else None
-    with PeakRss() as rss, CpuUse(app_id, _broker_pids(args.bootstrap, Path(args.work))) as cpu, \
-            threads:
+    cpu_use = CpuUse(app_id, _broker_pids(args.bootstrap, Path(args.work)))
+    with PeakRss() as rss, cpu_use as cpu, threads:
         if args.variant.startswith("spark-native"):
             figures = _native(spark, args, work)
         else:

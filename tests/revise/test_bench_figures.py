@@ -92,6 +92,24 @@ def test_the_last_batch_of_a_log():
     assert _last_batch("starting\n") == -1
 
 
+def _probe_seconds(probe: str, *args: str) -> dict[str, float]:
+    """Run ``probe`` in a Python process of its own (from the repository root); its JSON line.
+
+    A process of its own: a test worker may hold a Spark JVM child from an earlier test, whose
+    CPU would rightly count as ``jvm`` (CI once saw 0.6 s of it).
+    """
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", probe, *args], cwd=root, check=True,
+                          capture_output=True, text=True, timeout=60)
+    seconds: dict[str, float] = json.loads(done.stdout)
+    return seconds
+
+
 _CPU_USE_PROBE = """
 import json, subprocess, sys, time
 from benchmarks.proc_tree import CpuUse
@@ -117,17 +135,7 @@ print(json.dumps(cpu.seconds))
 
 
 def test_cpu_use_counts_the_block_by_process_kind():
-    # In a process of its own: a test worker may hold a Spark JVM child from an earlier test,
-    # whose CPU would rightly count as ``jvm`` (CI once saw 0.6 s of it).
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", _CPU_USE_PROBE], cwd=root, check=True,
-                          capture_output=True, text=True, timeout=60)
-    seconds = json.loads(done.stdout)
+    seconds = _probe_seconds(_CPU_USE_PROBE)
     assert 0.3 <= seconds["driver"] < 0.6, seconds  # this process, the 0.4 s before not
     assert 0.5 <= seconds["workers"] < 0.9, seconds  # a live Python child
     assert seconds["jvm"] == 0.0, seconds  # no JVM in this process tree
@@ -159,15 +167,7 @@ print(json.dumps(cpu.seconds))
 
 def test_cpu_use_counts_the_brokers_processes_apart():
     # The broker's pids count as ``broker`` (here a child, so also in the tree: counted once).
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", _BROKER_PROBE], cwd=root, check=True,
-                          capture_output=True, text=True, timeout=60)
-    seconds = json.loads(done.stdout)
+    seconds = _probe_seconds(_BROKER_PROBE)
     assert 0.5 <= seconds["broker"] < 0.85, seconds  # inside the block only
     assert seconds["workers"] == 0.0, seconds  # not counted a second time as a Python worker
 
@@ -212,15 +212,7 @@ print(json.dumps(cpu.seconds))
 def test_cpu_use_counts_a_standalone_applications_executors():
     # Processes outside the tree whose command line names an executor of the application (a
     # standalone cluster's executors are children of its Worker, not of the driver).
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", _EXECUTOR_PROBE, "app-20261129-0001"],
-                          cwd=root, check=True, capture_output=True, text=True, timeout=60)
-    seconds = json.loads(done.stdout)
+    seconds = _probe_seconds(_EXECUTOR_PROBE, "app-20261129-0001")
     assert 0.3 <= seconds["executors"] < 0.8, seconds  # from its start, only ours
     assert 0.4 <= seconds["executor_workers"] < 0.8, seconds  # its Python child
     assert seconds["workers"] == 0.0, seconds  # neither is in this process's own tree
