@@ -7,10 +7,11 @@ This module starts it; :class:`revise.spark.watch.JobDriver` watches it.
 Why these choices (checked on Spark 4.2, pinned by tests/integration/test_spark_semantics.py):
 
 - The watermark is Spark's, computed from every partition's accepted records, identical for
-  all shards (``state.getCurrentWatermarkMs()``). The stateful operator uses an event-time
-  timeout, and Spark drops the operator's input rows behind the watermark for those; revise
-  hides the real event time from that filter (:func:`revise.spark.stream._keep_late_rows`),
-  so the engine sees every late record and decides itself.
+  all shards (``getCurrentWatermarkInMs()``). The stateful operator uses event-time timers,
+  and Spark drops the operator's input rows whose watermarked column is behind the
+  watermark; the operator's input has no such column (the event time is dropped after
+  ``withWatermark``, :func:`revise.spark.stream.build_stream`), so the engine sees every
+  late record and decides itself.
 - Each shard's timeout is the watermark that closes its next window
   (``Engine.next_close_ms``): Spark calls a shard only when it has rows or that watermark is
   reached, and runs a micro-batch without new data exactly when the watermark moved, so

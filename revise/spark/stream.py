@@ -7,6 +7,7 @@
             └──────────────── union ─────────────────────────────────┘
                       │ event_time = ts (0 for bad input and commands)
                       │ withWatermark(event_time, watermark_delay)  → Spark's global watermark
+                      │ event_time dropped: the operator filters nothing by it
                       │ shard = pmod(xxhash64(key), shards)
                       │ grouped by the shard's key, one that Spark places on
                       │ partition shard mod partitions (revise.spark.shard_keys)
@@ -113,7 +114,11 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str,
         .withWatermark("event_time", f"{cfg.engine.watermark_delay_ms} milliseconds")
     )
     keys = F.array(*(F.lit(k) for k in shard_keys(cfg.spark.shards, partitions)))
-    shards = (_keep_late_rows(events, cfg.engine.watermark_delay_ms)
+    # The watermark is tracked above; the operator's input carries no watermarked column, or
+    # transformWithStateInPandas (EventTime) would drop the rows behind the watermark before
+    # the processor sees them (LATE revisions, too-late records), and would compile a new
+    # filter for each micro-batch's watermark.
+    shards = (events.drop("event_time")
               .withColumn("shard", F.element_at(keys, F.col("shard") + 1))
               .groupBy("shard"))
     messages = NO_MESSAGES if cfg.dry_run else MessageKinds(
@@ -126,31 +131,6 @@ def build_stream(spark: SparkSession, cfg: JobConfig, control_dir: str,
     return shards.transformWithStateInPandas(
         statefulProcessor=processor, outputStructType=output_type(), outputMode="Update",
         timeMode="EventTime",
-    )
-
-
-LATE_GUARD_MS = 2**53
-"""Above any accepted event time (SPEC: ``ts`` < 2^53 ms), so above any watermark."""
-
-
-def _keep_late_rows(events: DataFrame, delay_ms: int) -> DataFrame:
-    """``events`` with ``event_time`` replaced by a constant the watermark never reaches.
-
-    With event-time timers, ``transformWithStateInPandas`` drops every input row whose
-    watermarked column is at or behind the watermark, before the processor sees it; revise
-    must see those rows (LATE revisions, too-late records). The watermark itself is computed
-    upstream, by ``withWatermark`` on the real event time; the operator only needs *a* column
-    carrying the watermark's metadata (``spark.watermarkDelayMs``) to enable event-time
-    timers and the processor's watermark. This one is a BIGINT that is never behind it, so
-    Spark's filter keeps every row (pinned by tests/integration/test_spark_semantics.py).
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    return events.drop("event_time").withColumn(
-        "event_time",
-        F.lit(LATE_GUARD_MS).cast(T.LongType()).alias(
-            "event_time", metadata={"spark.watermarkDelayMs": int(delay_ms)}),
     )
 
 

@@ -4,9 +4,9 @@ The stateful operator, ``transformWithStateInPandas`` with ``timeMode="EventTime
 query with ``withWatermark``:
 
 1. rows far behind the watermark still reach the processor: Spark drops late rows for
-   event-time timers, but only by the watermarked column of the operator's
-   input, which ``revise.spark.stream._keep_late_rows`` replaces with one the watermark never
-   reaches; revision mode must never lose a late record to Spark's own filter;
+   event-time timers, but only by a watermarked column of the operator's input, and
+   ``revise.spark.stream.build_stream`` drops the event time after ``withWatermark``;
+   revision mode must never lose a late record to Spark's own filter;
 2. the processor's watermark (``getCurrentWatermarkInMs()``) is
    one global watermark, the max event time of all earlier micro-batches (every partition,
    every shard) minus the delay, the same in every shard;
