@@ -198,6 +198,10 @@ def spark_session(
         "spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"],
         f"spark.executorEnv.{MALLOC_ARENAS_ENV}": arenas,
         "spark.python.worker.reuse": "true",
+        # The executors talk to their Python workers and transformWithStateInPandas's state
+        # servers over Unix domain sockets, not loopback TCP: 3-4 fewer JVM CPU seconds in a
+        # 1,000-key run of 2M records, and a state variable's round trip is shorter.
+        "spark.python.unix.domain.socket.enabled": "true",
         # An unbounded job runs a few Spark jobs per micro-batch, forever: the driver's status
         # store keeps the last N jobs, stages, tasks and SQL executions (defaults 1000, 1000,
         # 100000, 1000), so its heap grows for the first half hour or more before it levels.
