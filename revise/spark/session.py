@@ -12,9 +12,12 @@ and under ``spark-submit`` the submitted master and settings win. Every session 
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,17 +27,25 @@ from revise.errors import ConfigError, InfraError
 from revise.infra import cds
 from revise.infra.jars import classpath, local_files_jar_path, revise_jar
 from revise.infra.logfile import jvm_output
-from revise.infra.procs import MALLOC_ARENAS_ENV, append_options, cap_malloc_arenas, jvm_options
+from revise.infra.procs import (
+    MALLOC_ARENAS_ENV,
+    append_options,
+    cap_malloc_arenas,
+    jvm_options,
+    pid_alive,
+)
 from revise.infra.pyfiles import is_local_master, ship_to_executors
 from revise.kafka import spark_redaction_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["FILE_SYSTEM_CHECKPOINTS", "LOCAL_FILE_SYSTEM", "ROCKSDB_PROVIDER", "long_run_conf",
-           "spark_session", "sql_setting"]
+__all__ = ["FILE_SYSTEM_CHECKPOINTS", "LOCAL_FILE_SYSTEM", "ROCKSDB_PROVIDER", "UNIX_SOCKETS",
+           "UNIX_SOCKET_DIR", "long_run_conf", "socket_dir", "spark_session", "sql_setting"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
+UNIX_SOCKET_DIR = "spark.python.unix.domain.socket.dir"
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 FILE_SYSTEM_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
@@ -201,7 +212,7 @@ def spark_session(
         # The executors talk to their Python workers and transformWithStateInPandas's state
         # servers over Unix domain sockets, not loopback TCP: 3-4 fewer JVM CPU seconds in a
         # 1,000-key run of 2M records, and a state variable's round trip is shorter.
-        "spark.python.unix.domain.socket.enabled": "true",
+        UNIX_SOCKETS: "true",
         # An unbounded job runs a few Spark jobs per micro-batch, forever: the driver's status
         # store keeps the last N jobs, stages, tasks and SQL executions (defaults 1000, 1000,
         # 100000, 1000), so its heap grows for the first half hour or more before it levels.
@@ -225,6 +236,7 @@ def spark_session(
     if master is not None and is_local_master(master):
         # Workers forked with their modules already imported (revise.spark.pydaemon).
         conf["spark.python.daemon.module"] = "revise.spark.pydaemon"
+        conf[UNIX_SOCKET_DIR] = str(socket_dir())
         if own is not None and not submitted:
             conf[LOCAL_FILE_SYSTEM] = LOCAL_FILES
     conf.update(extra_conf or {})
@@ -252,6 +264,31 @@ def spark_session(
     # Executors of a real cluster may lack revise: ship this driver's copy (no-op on local[*]).
     ship_to_executors(spark)
     return spark
+
+
+def socket_dir(root: Path | None = None) -> Path:
+    """The calling process's folder for Spark's Unix domain socket files, gone when it exits.
+
+    Spark names each socket file (its Python workers' daemon, a task's state server, the
+    driver's accumulator server) in one folder, the temporary one by default, and removes it
+    only on an orderly stop: a job ended by a signal, or a driver that exits without
+    stopping its ``SparkContext`` (the CLI's), left one there per run. Here each process
+    gets ``<root>/<pid>``, which it removes at exit, and each new one first removes the
+    folders of processes that are gone (killed ones). ``root``: default
+    ``<temporary folder>/revise-sockets-<uid>``, short enough for a socket's path (~108
+    bytes at most).
+    """
+    root = root or Path(tempfile.gettempdir()) / f"revise-sockets-{os.getuid()}"
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for folder in root.iterdir():
+        owner = int(folder.name) if folder.name.isdigit() else None
+        if owner is not None and owner != os.getpid() and not pid_alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+    own = root / str(os.getpid())
+    if not own.is_dir():
+        own.mkdir(mode=0o700)
+        atexit.register(shutil.rmtree, own, ignore_errors=True)
+    return own
 
 
 def _launch_jvm(conf: dict[str, str]) -> None:
