@@ -287,8 +287,14 @@ def socket_dir(root: Path | None = None) -> Path:
     own = root / str(os.getpid())
     if not own.is_dir():
         own.mkdir(mode=0o700)
-        atexit.register(shutil.rmtree, own, ignore_errors=True)
+        atexit.register(_remove_own, own, os.getpid())
     return own
+
+
+def _remove_own(folder: Path, owner: int) -> None:
+    """Remove ``folder`` at exit, unless this is a forked child of its owner exiting."""
+    if os.getpid() == owner:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _launch_jvm(conf: dict[str, str]) -> None:

@@ -115,7 +115,7 @@ def test_late_rows_global_watermark_and_idle_shards(job_setup, spark):
     # Spark 4.2.0 left the state server's socket of every transformWithStateInPandas task
     # open (SPARK-58932): one per shard and micro-batch, 8 or more in this run and ~9,500
     # micro-batches to "Too many open files" in an unbounded one. 4.2.1 closes them; what
-    # stays open is the idle Python workers' (4 here).
+    # stays open is the idle Python workers' (4 after a run of 10 stateful tasks).
     stateful_tasks = len(batches) * 2
     assert stateful_tasks >= 8
     assert _left_sockets(spark, setup.bootstrap) - sockets_before < stateful_tasks
@@ -125,9 +125,9 @@ def _left_sockets(spark, bootstrap: str) -> int:
     """The Spark JVM's (driver and executor, ``local[*]``) sockets a task may leave open.
 
     Its Unix domain sockets, where the state server and the Python workers talk to it
-    (``spark.python.unix.domain.socket.enabled``; the idle workers' stay open, up to one
-    per core), and its TCP sockets in CLOSE_WAIT, but not those to the Kafka broker, which
-    may close an idle connection of an earlier test's cached consumer at any moment.
+    (``spark.python.unix.domain.socket.enabled``; the idle workers' stay open), and its
+    TCP sockets in CLOSE_WAIT, but not those to the Kafka broker, which may close an idle
+    connection of an earlier test's cached consumer at any moment.
     """
     import psutil
 

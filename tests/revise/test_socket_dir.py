@@ -36,11 +36,26 @@ def test_a_process_folder_is_made_and_the_folders_of_gone_processes_are_removed(
     assert socket_dir(tmp_path) == own  # a second session of the process shares it
 
 
-def test_the_process_folder_goes_when_the_process_exits(tmp_path: Path) -> None:
-    code = ("import sys; from pathlib import Path; from revise.spark.session import socket_dir; "
-            "own = socket_dir(Path(sys.argv[1])); (own / '.a.sock').write_text(''); print(own)")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True,
-                         capture_output=True, text=True).stdout.strip()
-    assert Path(out).parent == tmp_path
-    assert not Path(out).exists()
+_OWNER = """
+import os, sys
+from pathlib import Path
+from revise.spark.session import socket_dir
+own = socket_dir(Path(sys.argv[1]))
+(own / ".a.sock").write_text("")
+child = os.fork()
+if child == 0:
+    sys.exit(0)  # a forked child's exit runs the atexit handlers it inherited
+os.waitpid(child, 0)
+print(own, own.is_dir())
+"""
+
+
+def test_the_process_folder_goes_when_the_process_exits_not_when_its_fork_does(
+        tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", _OWNER, str(tmp_path)], check=True,
+                         capture_output=True, text=True).stdout.split()
+    own, after_child = Path(out[0]), out[1]
+    assert own.parent == tmp_path
+    assert after_child == "True"
+    assert not own.exists()
     assert tmp_path.is_dir()
