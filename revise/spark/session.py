@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["FILE_SYSTEM_CHECKPOINTS", "LOCAL_FILE_SYSTEM", "ROCKSDB_PROVIDER", "UNIX_SOCKETS",
-           "UNIX_SOCKET_DIR", "long_run_conf", "socket_dir", "spark_session", "sql_setting"]
+           "SOCKET_FOLDER_MAX", "UNIX_SOCKET_DIR", "long_run_conf", "socket_dir", "spark_session",
+           "sql_setting"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
@@ -275,10 +276,10 @@ def socket_dir(root: Path | None = None) -> Path:
     stopping its ``SparkContext`` (the CLI's), left one there per run. Here each process
     gets ``<root>/<pid>``, which it removes at exit, and each new one first removes the
     folders of processes that are gone (killed ones). ``root``: default
-    ``<temporary folder>/revise-sockets-<uid>``, short enough for a socket's path (~108
-    bytes at most).
+    ``<temporary folder>/revise-sockets-<uid>``, or under ``/tmp`` when the temporary folder
+    (``TMPDIR``) is too long for a socket's path (:data:`SOCKET_FOLDER_MAX`).
     """
-    root = root or Path(tempfile.gettempdir()) / f"revise-sockets-{os.getuid()}"
+    root = root or _socket_root()
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     for folder in root.iterdir():
         owner = int(folder.name) if folder.name.isdigit() else None
@@ -289,6 +290,18 @@ def socket_dir(root: Path | None = None) -> Path:
         own.mkdir(mode=0o700)
         atexit.register(_remove_own, own, os.getpid())
     return own
+
+
+SOCKET_FOLDER_MAX = 107 - len("/.") - 36 - len(".sock")
+"""The longest folder for Spark's socket files: a socket's path holds at most 107 bytes, and
+Spark names each file ``.<uuid>.sock``."""
+
+
+def _socket_root() -> Path:
+    name = f"revise-sockets-{os.getuid()}"
+    root = Path(tempfile.gettempdir()) / name
+    pid_part = len("/4194304")  # Linux's largest pid
+    return root if len(str(root)) + pid_part <= SOCKET_FOLDER_MAX else Path("/tmp") / name
 
 
 def _remove_own(folder: Path, owner: int) -> None:

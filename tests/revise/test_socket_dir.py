@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from revise.spark.session import socket_dir
+import pytest
+
+from revise.spark.session import SOCKET_FOLDER_MAX, socket_dir
 
 
 def _dead_pid() -> int:
@@ -59,3 +62,14 @@ def test_the_process_folder_goes_when_the_process_exits_not_when_its_fork_does(
     assert after_child == "True"
     assert not own.exists()
     assert tmp_path.is_dir()
+
+
+def test_a_temporary_folder_too_long_for_a_socket_path_gives_way_to_tmp(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    long_tmp = tmp_path / ("t" * 80)  # a notebook kernel's or a test's TMPDIR, say
+    long_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_tmp))
+    own = socket_dir()
+    assert own.parent == Path("/tmp") / f"revise-sockets-{os.getuid()}"
+    assert len(str(own)) <= SOCKET_FOLDER_MAX
+    assert own.is_dir()
