@@ -39,7 +39,8 @@ their JVMs' and Python workers' CPU seconds are ``cpu_executors_s``. Ratios are 
 measured side by side in the same run; ``--repeat N`` runs N rounds of all variants
 round-robin and reports each variant's median run. ``VARIANT+c1`` runs a variant with only the
 JVM's quick C1 compiler (``-XX:TieredStopAtLevel=1``) beside the others: the JIT compilers'
-share of a short run's CPU against the slower code they leave.
+share of a short run's CPU against the slower code they leave; ``VARIANT+jit1`` with the JVM's
+own compile thresholds, which revise doubles (``revise.spark.session.JIT_OPTIONS``).
 """
 
 from __future__ import annotations
@@ -377,9 +378,13 @@ BASELINE_SUFFIX = "@base"
 JVM_SUFFIXES = {
     "+c1": ("-XX:TieredStopAtLevel=1", "only the JVM's quick C1 compiler"),
     "+pgc": ("-XX:+UseParallelGC", "the parallel garbage collector instead of G1"),
+    "+jit1": ("-XX:CompileThresholdScaling=1",
+              "the JVM's own compile thresholds (revise doubles them: "
+              "revise.spark.session.JIT_OPTIONS)"),
 }
-"""A variant named ``VARIANT+c1``, ``VARIANT+pgc`` (or ``VARIANT@base+c1``, ``VARIANT+c1+pgc``)
-runs with each suffix's JVM option appended to ``$REVISE_JVM_OPTIONS`` for its process."""
+"""A variant named ``VARIANT+c1``, ``VARIANT+pgc``, ``VARIANT+jit1`` (or ``VARIANT@base+c1``,
+``VARIANT+c1+pgc``) runs with each suffix's JVM option appended to ``$REVISE_JVM_OPTIONS`` for
+its process."""
 
 
 def split_jvm_suffixes(name: str) -> tuple[str, list[str]]:

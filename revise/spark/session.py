@@ -40,9 +40,9 @@ from revise.kafka import spark_redaction_conf
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["FILE_SYSTEM_CHECKPOINTS", "LOCAL_FILE_SYSTEM", "ROCKSDB_PROVIDER", "UNIX_SOCKETS",
-           "SOCKET_FOLDER_MAX", "UNIX_SOCKET_DIR", "long_run_conf", "socket_dir", "spark_session",
-           "sql_setting"]
+__all__ = ["FILE_SYSTEM_CHECKPOINTS", "JIT_OPTIONS", "LOCAL_FILE_SYSTEM", "ROCKSDB_PROVIDER",
+           "SOCKET_FOLDER_MAX", "UNIX_SOCKETS", "UNIX_SOCKET_DIR", "long_run_conf", "socket_dir",
+           "spark_session", "sql_setting"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
@@ -366,22 +366,29 @@ def _load_in_driver(jars: list[Path]) -> None:
 
 
 JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+JIT_OPTIONS = ("-XX:CompileThresholdScaling=2",)
+"""The Spark JVMs' just-in-time compiler thresholds, doubled: a method is compiled once it has
+run twice the calls and loop iterations the JVM's defaults ask, so less of the code that runs
+only for a while (a job's start, Spark's planning of the first micro-batches) is compiled by
+C1 and then again by C2, and code that stays hot is compiled a little later. The compilers
+took 11.9–12.5 of the driver JVM's 28–29 CPU seconds in a 1,000-key run of 2M records, 9.5
+with this (docs/BENCHMARKS.md, *The JIT's compile thresholds doubled*)."""
 
 
 def _add_jvm_options(conf: dict[str, str]) -> None:
     """Append revise's JVM options to the driver's and the executors' Java options in ``conf``.
 
-    They go after those already there: the driver's class archive
+    They go after those already there: :data:`JIT_OPTIONS`, the driver's class archive
     (:func:`revise.infra.cds.driver_options`, when trained), then ``$REVISE_JVM_OPTIONS``
     (:func:`revise.infra.procs.jvm_options`; the last wins). The driver's only take effect
     when this process starts the JVM (not under ``spark-submit``, whose
     ``--driver-java-options`` do the same).
     """
     extra = jvm_options()
-    added = {JAVA_OPTIONS[0]: [*cds.driver_options(), *extra], JAVA_OPTIONS[1]: extra}
+    added = {JAVA_OPTIONS[0]: [*JIT_OPTIONS, *cds.driver_options(), *extra],
+             JAVA_OPTIONS[1]: [*JIT_OPTIONS, *extra]}
     for key, options in added.items():
-        if options:
-            conf[key] = append_options(conf.get(key, ""), options)
+        conf[key] = append_options(conf.get(key, ""), options)
 
 
 QUIET_LOGGERS = {

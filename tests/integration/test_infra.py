@@ -317,11 +317,19 @@ def test_spark_streams_kafka_read_committed(spark, kafka_bootstrap, new_topic, t
 
 
 def test_the_spark_jvm_runs_with_revise_jvm_options(spark) -> None:  # type: ignore[no-untyped-def]
-    """$REVISE_JVM_OPTIONS (set for the suite by tests/conftest.py) reach the driver JVM."""
-    bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    args = list(bean.getInputArguments())
+    """revise's JIT thresholds, then $REVISE_JVM_OPTIONS (set for the suite by
+    tests/conftest.py), reach the driver JVM, which runs with them."""
+    from revise.spark.session import JIT_OPTIONS
+
+    jvm = spark.sparkContext._jvm
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     wanted = jvm_options()
     assert wanted and all(opt in args for opt in wanted), (wanted, args)
+    assert args.index(JIT_OPTIONS[0]) < args.index(wanted[0]), args
+    diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    scaling = diagnostic.getVMOption("CompileThresholdScaling")
+    assert float(scaling.getValue()) == float(JIT_OPTIONS[0].partition("=")[2]), scaling
 
 
 def test_the_spark_driver_jvm_maps_the_class_archive(spark) -> None:  # type: ignore[no-untyped-def]

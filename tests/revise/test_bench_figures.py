@@ -296,6 +296,11 @@ def test_bench_job_runs_a_c1_variant_with_only_the_quick_compiler(tmp_path, monk
     assert {("revision-eos+pgc", "revision-eos"),
             ("spark-native-kafka+pgc", "spark-native-kafka"),
             ("revision-eos+pgc", "spark-native-kafka+pgc")} <= set(pairs)
+    # +jit1: the JVM's own compile thresholds, against revise's doubled ones
+    assert bench_job.split_jvm_suffixes("revision-eos+jit1") == (
+        "revision-eos", ["-XX:CompileThresholdScaling=1"])
+    assert ("revision-eos+jit1", "revision-eos") in bench_job._pairs(
+        ["revision-eos", "revision-eos+jit1"])
 
 _THREADS_PROBE = """
 import ctypes, sys, threading, time

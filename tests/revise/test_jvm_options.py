@@ -16,7 +16,7 @@ from revise.errors import ConfigError
 from revise.infra import broker_node, cds, spark_cluster
 from revise.infra.jars import revise_jar_path
 from revise.infra.procs import JVM_OPTIONS_ENV, jvm_options, selects_collector
-from revise.spark.session import JAVA_OPTIONS, _add_jvm_options
+from revise.spark.session import JAVA_OPTIONS, JIT_OPTIONS, _add_jvm_options
 
 
 def test_options_are_split_as_a_shell_would(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,13 +39,20 @@ def test_spark_gets_them_after_its_own_options(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1 '-Dname=a b'")
     conf = {"spark.driver.extraJavaOptions": "-Xms1024m -XX:+AlwaysPreTouch"}
     _add_jvm_options(conf)
+    jit = " ".join(JIT_OPTIONS)
     assert conf["spark.driver.extraJavaOptions"] == (
-        "-Xms1024m -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1 '-Dname=a b'")
-    assert conf["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 '-Dname=a b'"
+        f"-Xms1024m -XX:+AlwaysPreTouch {jit} -XX:TieredStopAtLevel=1 '-Dname=a b'")
+    assert conf["spark.executor.extraJavaOptions"] == (
+        f"{jit} -XX:TieredStopAtLevel=1 '-Dname=a b'")
     monkeypatch.delenv(JVM_OPTIONS_ENV)
-    untouched: dict[str, str] = {}
-    _add_jvm_options(untouched)
-    assert not any(key in untouched for key in JAVA_OPTIONS)
+    revise_only: dict[str, str] = {}
+    _add_jvm_options(revise_only)
+    assert all(revise_only[key] == jit for key in JAVA_OPTIONS)
+    # the user's options come last, so theirs win over revise's
+    monkeypatch.setenv(JVM_OPTIONS_ENV, "-XX:CompileThresholdScaling=1")
+    theirs: dict[str, str] = {}
+    _add_jvm_options(theirs)
+    assert all(theirs[key].split()[-1] == "-XX:CompileThresholdScaling=1" for key in JAVA_OPTIONS)
 
 
 @pytest.mark.parametrize("user", ["", "-XX:+UseParallelGC", "-XX:+UseSerialGC -Xss2m"])
@@ -92,8 +99,9 @@ def test_the_driver_starts_from_the_archive_once_it_exists(monkeypatch: pytest.M
     _add_jvm_options(conf)
     # the archive for the driver only (executors start elsewhere), the user's options last
     assert conf["spark.driver.extraJavaOptions"].split() == [
-        f"-XX:SharedArchiveFile={archive}", *cds.QUIET, "-XX:TieredStopAtLevel=1"]
-    assert conf["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+        *JIT_OPTIONS, f"-XX:SharedArchiveFile={archive}", *cds.QUIET, "-XX:TieredStopAtLevel=1"]
+    assert conf["spark.executor.extraJavaOptions"].split() == [
+        *JIT_OPTIONS, "-XX:TieredStopAtLevel=1"]
     monkeypatch.setenv(cds.CDS_ENV, "0")
     assert cds.driver_options() == []
 
