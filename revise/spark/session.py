@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -40,9 +41,9 @@ from revise.kafka import spark_redaction_conf
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["FILE_SYSTEM_CHECKPOINTS", "JIT_OPTIONS", "LOCAL_FILE_SYSTEM", "ROCKSDB_PROVIDER",
-           "SOCKET_FOLDER_MAX", "UNIX_SOCKETS", "UNIX_SOCKET_DIR", "long_run_conf", "socket_dir",
-           "spark_session", "sql_setting"]
+__all__ = ["DEFAULT_JAVA_OPTIONS", "FILE_SYSTEM_CHECKPOINTS", "JIT_OPTIONS", "LOCAL_FILE_SYSTEM",
+           "ROCKSDB_PROVIDER", "SOCKET_FOLDER_MAX", "UNIX_SOCKETS", "UNIX_SOCKET_DIR",
+           "long_run_conf", "socket_dir", "spark_session", "sql_setting"]
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
@@ -366,6 +367,8 @@ def _load_in_driver(jars: list[Path]) -> None:
 
 
 JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+DEFAULT_JAVA_OPTIONS = ("spark.driver.defaultJavaOptions", "spark.executor.defaultJavaOptions")
+"""Spark's Java options that it puts before the ``extraJavaOptions`` of the same JVM."""
 JIT_OPTIONS = ("-XX:CompileThresholdScaling=2",)
 """The Spark JVMs' just-in-time compiler thresholds, doubled: a method is compiled once it has
 run twice the calls and loop iterations the JVM's defaults ask, so less of the code that runs
@@ -376,19 +379,24 @@ with this (docs/BENCHMARKS.md, *The JIT's compile thresholds doubled*)."""
 
 
 def _add_jvm_options(conf: dict[str, str]) -> None:
-    """Append revise's JVM options to the driver's and the executors' Java options in ``conf``.
+    """Add revise's JVM options to the driver's and the executors' Java options in ``conf``.
 
-    They go after those already there: :data:`JIT_OPTIONS`, the driver's class archive
+    :data:`JIT_OPTIONS` go first in Spark's ``defaultJavaOptions`` (:data:`DEFAULT_JAVA_OPTIONS`),
+    which Spark puts before the ``extraJavaOptions``, so a user's ``extraJavaOptions`` (in
+    ``spark-defaults.conf`` or ``spark-submit --conf``) are neither replaced nor overruled.
+    Appended to the ``extraJavaOptions`` in ``conf``: the driver's class archive
     (:func:`revise.infra.cds.driver_options`, when trained), then ``$REVISE_JVM_OPTIONS``
     (:func:`revise.infra.procs.jvm_options`; the last wins). The driver's only take effect
     when this process starts the JVM (not under ``spark-submit``, whose
     ``--driver-java-options`` do the same).
     """
+    for key in DEFAULT_JAVA_OPTIONS:
+        conf[key] = " ".join(filter(None, [shlex.join(JIT_OPTIONS), conf.get(key, "")]))
     extra = jvm_options()
-    added = {JAVA_OPTIONS[0]: [*JIT_OPTIONS, *cds.driver_options(), *extra],
-             JAVA_OPTIONS[1]: [*JIT_OPTIONS, *extra]}
+    added = {JAVA_OPTIONS[0]: [*cds.driver_options(), *extra], JAVA_OPTIONS[1]: extra}
     for key, options in added.items():
-        conf[key] = append_options(conf.get(key, ""), options)
+        if options:
+            conf[key] = append_options(conf.get(key, ""), options)
 
 
 QUIET_LOGGERS = {

@@ -48,6 +48,7 @@ from revise.generate import GeneratorConfig, generate, produce
 from revise.infra import pyfiles, spark_cluster
 from revise.infra.procs import MALLOC_ARENAS, MALLOC_ARENAS_ENV
 from revise.spark.driver import run_job
+from revise.spark.session import JIT_OPTIONS
 
 pytestmark = [pytest.mark.spark]
 
@@ -444,6 +445,8 @@ def test_sigkill_of_an_executor_mid_run_keeps_exactly_once(
         assert run.wait_for("batch=1 ", 600), run.tail()  # batch 1 committed, more to come
         victim = cluster.workers[0]
         (pid,) = _executors(victim.pid)
+        # revise's JIT thresholds reach the executors' JVMs (spark.executor.defaultJavaOptions)
+        assert JIT_OPTIONS[0].encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while _alive(pid) and time.monotonic() < deadline:

@@ -39,20 +39,27 @@ def test_spark_gets_them_after_its_own_options(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1 '-Dname=a b'")
     conf = {"spark.driver.extraJavaOptions": "-Xms1024m -XX:+AlwaysPreTouch"}
     _add_jvm_options(conf)
-    jit = " ".join(JIT_OPTIONS)
     assert conf["spark.driver.extraJavaOptions"] == (
-        f"-Xms1024m -XX:+AlwaysPreTouch {jit} -XX:TieredStopAtLevel=1 '-Dname=a b'")
-    assert conf["spark.executor.extraJavaOptions"] == (
-        f"{jit} -XX:TieredStopAtLevel=1 '-Dname=a b'")
+        "-Xms1024m -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1 '-Dname=a b'")
+    assert conf["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 '-Dname=a b'"
     monkeypatch.delenv(JVM_OPTIONS_ENV)
-    revise_only: dict[str, str] = {}
-    _add_jvm_options(revise_only)
-    assert all(revise_only[key] == jit for key in JAVA_OPTIONS)
-    # the user's options come last, so theirs win over revise's
-    monkeypatch.setenv(JVM_OPTIONS_ENV, "-XX:CompileThresholdScaling=1")
-    theirs: dict[str, str] = {}
-    _add_jvm_options(theirs)
-    assert all(theirs[key].split()[-1] == "-XX:CompileThresholdScaling=1" for key in JAVA_OPTIONS)
+    untouched: dict[str, str] = {}
+    _add_jvm_options(untouched)
+    assert not any(key in untouched for key in JAVA_OPTIONS)
+
+
+def test_the_jit_thresholds_go_before_every_other_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In Spark's defaultJavaOptions, which it puts before the extraJavaOptions: a user's
+    extraJavaOptions (spark-defaults.conf, spark-submit --conf) are not replaced, and a
+    value of theirs or of $REVISE_JVM_OPTIONS wins."""
+    monkeypatch.setenv(cds.CDS_ENV, "0")
+    monkeypatch.delenv(JVM_OPTIONS_ENV, raising=False)
+    jit = " ".join(JIT_OPTIONS)
+    conf = {"spark.executor.defaultJavaOptions": "-Dadmin=1"}
+    _add_jvm_options(conf)
+    assert conf["spark.executor.defaultJavaOptions"] == f"{jit} -Dadmin=1"
+    assert conf["spark.driver.defaultJavaOptions"] == jit
+    assert not any(key in conf for key in JAVA_OPTIONS)
 
 
 @pytest.mark.parametrize("user", ["", "-XX:+UseParallelGC", "-XX:+UseSerialGC -Xss2m"])
@@ -99,9 +106,8 @@ def test_the_driver_starts_from_the_archive_once_it_exists(monkeypatch: pytest.M
     _add_jvm_options(conf)
     # the archive for the driver only (executors start elsewhere), the user's options last
     assert conf["spark.driver.extraJavaOptions"].split() == [
-        *JIT_OPTIONS, f"-XX:SharedArchiveFile={archive}", *cds.QUIET, "-XX:TieredStopAtLevel=1"]
-    assert conf["spark.executor.extraJavaOptions"].split() == [
-        *JIT_OPTIONS, "-XX:TieredStopAtLevel=1"]
+        f"-XX:SharedArchiveFile={archive}", *cds.QUIET, "-XX:TieredStopAtLevel=1"]
+    assert conf["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
     monkeypatch.setenv(cds.CDS_ENV, "0")
     assert cds.driver_options() == []
 
