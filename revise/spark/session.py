@@ -249,6 +249,9 @@ def spark_session(
         given = conf.get(DRIVER_CLASS_PATH)
         conf[DRIVER_CLASS_PATH] = os.pathsep.join(
             [*([given] if given else []), str(local_files_jar_path())])
+    if submitted:
+        for key, value in _submitted_conf(DEFAULT_JAVA_OPTIONS).items():
+            conf.setdefault(key, value)
     _add_jvm_options(conf)
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
@@ -341,6 +344,19 @@ def _launch_jvm(conf: dict[str, str]) -> None:
     SparkContext._ensure_initialized(gateway=gateway)
 
 
+def _submitted_conf(keys: tuple[str, ...]) -> dict[str, str]:
+    """Under ``spark-submit``: the values of ``keys`` its driver JVM was given.
+
+    From ``spark-defaults.conf`` and ``--conf``, which the session's own settings would
+    otherwise replace.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    given = SparkConf()  # the running JVM's spark.* settings
+    return {key: value for key in keys if (value := given.get(key)) is not None}
+
+
 def _load_in_driver(jars: list[Path]) -> None:
     """Under ``spark-submit``: put ``jars`` on the running driver JVM's class loader.
 
@@ -383,7 +399,9 @@ def _add_jvm_options(conf: dict[str, str]) -> None:
 
     :data:`JIT_OPTIONS` go first in Spark's ``defaultJavaOptions`` (:data:`DEFAULT_JAVA_OPTIONS`),
     which Spark puts before the ``extraJavaOptions``, so a user's ``extraJavaOptions`` (in
-    ``spark-defaults.conf`` or ``spark-submit --conf``) are neither replaced nor overruled.
+    ``spark-defaults.conf`` or ``spark-submit --conf``) are neither replaced nor overruled,
+    and before any ``defaultJavaOptions`` already in ``conf`` (under ``spark-submit``, those
+    it was given: :func:`_submitted_conf`).
     Appended to the ``extraJavaOptions`` in ``conf``: the driver's class archive
     (:func:`revise.infra.cds.driver_options`, when trained), then ``$REVISE_JVM_OPTIONS``
     (:func:`revise.infra.procs.jvm_options`; the last wins). The driver's only take effect

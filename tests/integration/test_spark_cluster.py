@@ -383,6 +383,7 @@ def test_job_under_spark_submit_on_the_cluster_is_exactly_once(
               "--master", cluster.master_url,
               "--conf", f"spark.pyspark.python={isolated_python}",
               "--conf", f"spark.pyspark.driver.python={sys.executable}",
+              "--conf", "spark.executor.defaultJavaOptions=-Drevise.test.admin=1",
               str(REPO / "revise" / "__main__.py")]
     webui = f"http://127.0.0.1:{cluster.webui_port}"
 
@@ -397,7 +398,16 @@ def test_job_under_spark_submit_on_the_cluster_is_exactly_once(
                       "PYSPARK_DRIVER_PYTHON": sys.executable})
     rc = run.wait(900)
     assert rc == 0, run.tail()
-    assert len(apps() - before) == 1, "the job ran as an application of the cluster"
+    (app,) = apps() - before  # the job ran as an application of the cluster
+    # Its executors ran with revise's JIT thresholds and, after them, the submitted default
+    # options (the launch command heads each executor's stderr).
+    commands = [f.read_text().partition("\n")[0]
+                for f in Path(cluster.home).glob(f"worker-*/{app}/*/stderr")]
+    assert commands, f"no executor of {app}"
+    for command in commands:
+        jit, admin = f'"{JIT_OPTIONS[0]}"', '"-Drevise.test.admin=1"'
+        assert jit in command and admin in command, command
+        assert command.index(jit) < command.index(admin), command
     report = check_run(setup)  # exactly once, FINAL = the oracle, under spark-submit too
     assert report.revisions > 0 and report.dead > 0
 
