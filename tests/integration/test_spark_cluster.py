@@ -404,8 +404,8 @@ def test_job_under_spark_submit_on_the_cluster_is_exactly_once(
     commands = [f.read_text().partition("\n")[0]
                 for f in Path(cluster.home).glob(f"worker-*/{app}/*/stderr")]
     assert commands, f"no executor of {app}"
+    jit, admin = f'"{JIT_OPTIONS[0]}"', '"-Drevise.test.admin=1"'
     for command in commands:
-        jit, admin = f'"{JIT_OPTIONS[0]}"', '"-Drevise.test.admin=1"'
         assert jit in command and admin in command, command
         assert command.index(jit) < command.index(admin), command
     report = check_run(setup)  # exactly once, FINAL = the oracle, under spark-submit too
