@@ -1,12 +1,18 @@
-"""A class-data-sharing archive of the Spark driver JVM's classes: a job starts ~8 s sooner.
+"""The Spark driver JVM's class archive: a job starts several seconds sooner.
 
 A revise job's driver JVM loads and verifies some 20,000 classes (Spark, its SQL engine, the
-Kafka connector, the state store) before its first micro-batch. Java 17 can write the classes a
-run loaded into an archive when the JVM exits (``-XX:ArchiveClassesAtExit``, a dynamic CDS
-archive) and map them from it in the next JVM (``-XX:SharedArchiveFile``). On this project's
-2-core machine that took a small bounded job from 38.8 s to 31.1 s, and its first result from
-28.3 s to 20.4 s after start (``python -m benchmarks.bench_startup``; docs/BENCHMARKS.md,
-*Start-up and the class archive*).
+Kafka connector, the state store) before its first micro-batch. The JVM can write what a run
+loaded into an archive and map it in the next JVM:
+
+- Java 17 to 24 write the classes a run loaded when it exits (a dynamic CDS archive,
+  ``-XX:ArchiveClassesAtExit``) and map them with ``-XX:SharedArchiveFile``. On this
+  project's 2-core machine that took a small bounded job from 38.8 s to 31.1 s, and its first
+  result from 28.3 s to 20.4 s after start (``python -m benchmarks.bench_startup``).
+- Java 25 and later write an AOT cache instead (``-XX:AOTCacheOutput``, JEPs 483, 514 and
+  515), mapped with ``-XX:AOTCache``: the classes loaded and linked, and the training run's
+  method profiles, so the JIT compiles the hot methods sooner.
+
+docs/BENCHMARKS.md, *Start-up and the class archive*, has both measured.
 
 - ``python -m revise.infra.cds`` (the Makefile's ``install`` runs it) trains the archive: an
   embedded broker under a temporary folder, 1,000 generated records, one ``revise run --once``
@@ -23,25 +29,42 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Final
 
 from revise.errors import ReviseError
 from revise.infra.jars import jvm_dir, revise_jar_path
-from revise.infra.procs import JVM_OPTIONS_ENV, group_alive, java, jvm_options
+from revise.infra.procs import JVM_OPTIONS_ENV, group_alive, java, java_feature, jvm_options
 
-__all__ = ["CDS_ENV", "archive_path", "driver_options", "dump_options", "small_job_command",
-           "stale_note", "train"]
+__all__ = ["AOT_FEATURE", "AOT_QUIET", "CDS_ENV", "QUIET", "archive_path", "driver_options",
+           "dump_options", "quiet_options", "remove_replaced", "small_job_command", "stale_note",
+           "train"]
 
 CDS_ENV = "REVISE_CDS"
 """``0`` turns the archive off (the driver JVM starts without it)."""
-QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+AOT_FEATURE: Final = 25
+"""From this Java release on, the archive is an AOT cache."""
+QUIET: Final = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 """The JVM's own notes about the archive (classes it skipped while writing it; an archive that
 does not match this classpath, which it then ignores) stay out of the job's output."""
+AOT_QUIET: Final = ("-Xlog:aot=off", "-Xlog:cds=off")
+"""The same for an AOT cache."""
+
+
+def _aot() -> bool:
+    """Whether this Java's archive is an AOT cache."""
+    return java_feature() >= AOT_FEATURE
+
+
+def quiet_options() -> tuple[str, ...]:
+    """:data:`QUIET` or :data:`AOT_QUIET`, for this Java."""
+    return AOT_QUIET if _aot() else QUIET
 TRAIN_TIMEOUT_S = 300.0
 
 
@@ -53,21 +76,37 @@ def _fingerprint(paths: list[Path]) -> list[str]:
     return out
 
 
+def _digest(parts: list[str], size: int) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:size]
+
+
+def _java_key() -> str:
+    """A hash of the Java the archive belongs to."""
+    return _digest(_fingerprint([Path(java()).resolve()]), 8)
+
+
 def _key() -> str:
     """A hash of what the archive depends on: Java, and pyspark's, Maven's and revise's jars."""
     from revise.infra.spark_cluster import spark_home
 
-    java_bin = Path(java()).resolve()
-    parts = [*_fingerprint([java_bin]),
-             *_fingerprint(sorted((spark_home() / "jars").glob("*.jar"))),
-             *_fingerprint(sorted((jvm_dir() / "spark").glob("*.jar"))),
-             *_fingerprint([jar for jar in [revise_jar_path()] if jar.is_file()])]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    jars = [*_fingerprint(sorted((spark_home() / "jars").glob("*.jar"))),
+            *_fingerprint(sorted((jvm_dir() / "spark").glob("*.jar"))),
+            *_fingerprint([jar for jar in [revise_jar_path()] if jar.is_file()])]
+    return f"{_java_key()}-{_digest(jars, 16)}"
+
+
+_NAMED: Final = re.compile(r"driver-[0-9a-f]{8}-[0-9a-f]{16}\.(jsa|aot)")
+"""The name of an archive: its Java's key, its jars' key."""
+
+
+def _archives(folder: Path) -> list[Path]:
+    """The archives in ``folder``, of any Java (not those being written)."""
+    return [*folder.glob("driver-*.jsa"), *folder.glob("driver-*.aot")]
 
 
 def archive_path() -> Path:
     """Where the archive for this Java, pyspark and these jars is (or would be)."""
-    return jvm_dir() / "cds" / f"driver-{_key()}.jsa"
+    return jvm_dir() / "cds" / f"driver-{_key()}.{'aot' if _aot() else 'jsa'}"
 
 
 def _archive_if_on() -> Path | None:
@@ -86,21 +125,26 @@ def _archive_if_on() -> Path | None:
 def driver_options() -> list[str]:
     """The driver JVM's options to start from the archive; none when off or not trained."""
     path = _archive_if_on()
-    return [f"-XX:SharedArchiveFile={path}", *QUIET] if path is not None and path.is_file() else []
+    if path is None or not path.is_file():
+        return []
+    option = "-XX:AOTCache" if path.suffix == ".aot" else "-XX:SharedArchiveFile"
+    return [f"{option}={path}", *quiet_options()]
 
 
 def stale_note() -> str | None:
-    """A line to print when archives exist but none for these jars: the start is ~8 s longer.
+    """A line to print when archives exist but none for this Java and these jars.
 
-    A checkout that changed revise's Java sources (a new revise jar) or the pinned jars keeps
-    the archive of the old ones, which the JVM would refuse: the driver starts without one,
-    silently, until it is retrained. None when the archive is there, off, or never trained.
+    A checkout that changed revise's Java sources (a new revise jar) or the pinned jars, or
+    another ``JAVA_HOME``, keeps the archive of the old ones, which the JVM would refuse: the
+    driver starts without one (~8 s longer), silently, until it is retrained. None when the
+    archive is there, off, or never trained.
     """
     path = _archive_if_on()
-    if path is None or path.is_file() or not any(path.parent.glob("driver-*.jsa")):
+    if path is None or path.is_file() or not _archives(path.parent):
         return None
-    return ("revise: the JVM class archive is for other jars, so the driver starts without "
-            "it (~8 s longer): retrain it with `python -m revise.infra.cds` (or `make install`)")
+    return ("revise: the JVM class archive is for another Java or other jars, so the driver "
+            "starts without it (~8 s longer): retrain it with `python -m revise.infra.cds` "
+            "(or `make install`)")
 
 
 def small_job_command(bootstrap: str, topic: str, query_id: str, work: Path) -> list[str]:
@@ -118,14 +162,21 @@ def small_job_command(bootstrap: str, topic: str, query_id: str, work: Path) -> 
 
 
 def dump_options(path: Path) -> list[str]:
-    """Options that make a JVM write the classes it loaded to ``path`` when it exits."""
+    """Options that make a JVM write the classes it loaded to ``path`` when it exits.
+
+    On Java 25 and later an AOT cache: the JVM writes its training record at exit and starts
+    a child JVM that assembles the cache.
+    """
+    if _aot():
+        return [f"-XX:AOTCacheOutput={path}", *AOT_QUIET]
     return [f"-XX:ArchiveClassesAtExit={path}", *QUIET]
 
 
 def train(*, quiet: bool = True) -> Path:
     """Write the archive: a small bounded job on an embedded broker, its JVM dumping at exit.
 
-    Returns the archive's path. Older archives (other Java, pyspark or jars) are removed.
+    Returns the archive's path. This Java's older archives (other pyspark or jars) are
+    removed (:func:`remove_replaced`).
 
     Raises:
         ReviseError: The training job failed or its JVM wrote no archive.
@@ -139,7 +190,7 @@ def train(*, quiet: bool = True) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="revise-cds-") as tmp:
         root = Path(tmp)
-        partial = target.with_suffix(".jsa.partial")
+        partial = target.with_suffix(f"{target.suffix}.partial")
         partial.unlink(missing_ok=True)
         cluster = broker.start(root / "broker")
         try:
@@ -174,12 +225,21 @@ def train(*, quiet: bool = True) -> Path:
         finally:
             broker.stop(root / "broker")
     partial.replace(target)
-    for old in target.parent.glob("driver-*.jsa"):
-        if old != target:
-            old.unlink(missing_ok=True)
+    remove_replaced(target)
     if not quiet:
         print(f"CDS archive: {target} ({target.stat().st_size >> 20} MiB)")
     return target
+
+
+def remove_replaced(target: Path) -> None:
+    """Remove the archives ``target`` replaces: this Java's others, and any of an unknown name.
+
+    Another Java's archive stays, for when ``JAVA_HOME`` names that Java again.
+    """
+    mine = f"driver-{target.name.split('-')[1]}-"
+    for old in _archives(target.parent):
+        if old != target and (old.name.startswith(mine) or not _NAMED.fullmatch(old.name)):
+            old.unlink(missing_ok=True)
 
 
 def main() -> int:

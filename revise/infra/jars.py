@@ -173,7 +173,8 @@ def _javac() -> str:
     found = jdk_tool("javac")
     if found is None:
         msg = ("javac is not on PATH: revise compiles its parse's Java classes at install. "
-               "Install a JDK 17 (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME.")
+               "Install a JDK, 17 or later (apt-get install openjdk-17-jdk-headless), or set "
+               "JAVA_HOME.")
         raise SetupError(msg)
     return found
 

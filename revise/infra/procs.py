@@ -9,6 +9,7 @@ every JVM revise starts, and terminating a process (SIGTERM, wait, SIGKILL).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import select
@@ -16,6 +17,7 @@ import shlex
 import shutil
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import MutableMapping, Sequence
 from pathlib import Path
@@ -23,8 +25,9 @@ from typing import Final
 
 from revise.errors import ConfigError, InfraError, SetupError
 
-__all__ = ["JVM_OPTIONS_ENV", "MALLOC_ARENAS", "MALLOC_ARENAS_ENV", "append_options",
-           "cap_malloc_arenas", "free_port", "group_alive", "java", "jdk_tool", "jvm_options",
+__all__ = ["JAVA_FLOOR", "JVM_OPTIONS_ENV", "MALLOC_ARENAS", "MALLOC_ARENAS_ENV",
+           "append_options", "cap_malloc_arenas", "free_port", "group_alive", "java",
+           "java_feature", "java_version", "jdk_tool", "jvm_options",
            "pid_alive", "port_free", "runs_command", "selects_collector", "terminate_all"]
 
 
@@ -126,16 +129,62 @@ def jdk_tool(name: str) -> str | None:
     return shutil.which(name)
 
 
+JAVA_FLOOR: Final = 17
+"""The oldest Java release revise runs on (Spark 4.2 runs on 17, 21 and 25)."""
+
+
 def java() -> str:
-    """The ``java`` executable: ``$JAVA_HOME/bin/java``, else the one on PATH."""
+    """The ``java`` executable: ``$JAVA_HOME/bin/java``, else the one on PATH.
+
+    Raises:
+        SetupError: There is none, or it is older than :data:`JAVA_FLOOR`.
+    """
     found = jdk_tool("java")
     if found is None:
         msg = (
             "Java is not installed or not on PATH; the embedded Kafka broker and Spark need "
-            "Java 17. Install it (apt-get install openjdk-17-jdk-headless) or set JAVA_HOME."
+            "Java 17 or later. Install it (apt-get install openjdk-17-jdk-headless) or set "
+            "JAVA_HOME."
         )
         raise SetupError(msg)
+    version = java_version(found)
+    if version[0] < JAVA_FLOOR:
+        msg = (f"{found} is Java {'.'.join(map(str, version))}; the embedded Kafka broker and "
+               f"Spark need Java {JAVA_FLOOR} or later (17, 21 or 25): set JAVA_HOME to one")
+        raise SetupError(msg)
     return found
+
+
+def java_feature() -> int:
+    """The feature release of :func:`java`: 17, 21 or 25, say."""
+    return java_version(java())[0]
+
+
+def java_version(java_bin: str) -> tuple[int, ...]:
+    """The version of ``java_bin``, as numbers (``(25, 0, 3)``; Java 8 is ``(8, 0, 392)``).
+
+    Read from the JDK's ``release`` file, else from ``java -version``.
+
+    Raises:
+        SetupError: It cannot be told.
+    """
+    return _version(str(Path(java_bin).resolve()))
+
+
+@functools.lru_cache(maxsize=4)
+def _version(java_bin: str) -> tuple[int, ...]:
+    release = Path(java_bin).parent.parent / "release"
+    text = release.read_text(errors="replace") if release.is_file() else ""
+    found = re.search(r'^JAVA_VERSION="([^"]+)"', text, re.MULTILINE)
+    if found is None:
+        proc = subprocess.run([java_bin, "-version"], capture_output=True, text=True,
+                              check=False, timeout=60)
+        found = re.search(r'version "([^"]+)"', proc.stderr)
+    numbers = [int(n) for n in re.findall(r"\d+", found.group(1))] if found else []
+    if not numbers:
+        msg = f"cannot tell the version of {java_bin}"
+        raise SetupError(msg)
+    return tuple(numbers[1:] if numbers[0] == 1 else numbers)
 
 
 JVM_OPTIONS_ENV = "REVISE_JVM_OPTIONS"

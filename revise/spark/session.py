@@ -178,7 +178,8 @@ def spark_session(
     own = revise_jar()
     if own is None:
         print("revise: no javac, so no revise jar: the input parse takes its slower SQL path "
-              "(install a JDK 17 and run `python -m revise.infra.jars`)", file=sys.stderr)
+              "(install a JDK, 17 or later, and run `python -m revise.infra.jars`)",
+              file=sys.stderr)
     note = cds.stale_note()
     if note:
         print(note, file=sys.stderr)

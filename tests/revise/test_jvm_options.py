@@ -12,10 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from revise.errors import ConfigError
+from revise.errors import ConfigError, SetupError
 from revise.infra import broker_node, cds, spark_cluster
 from revise.infra.jars import revise_jar_path
-from revise.infra.procs import JVM_OPTIONS_ENV, jvm_options, selects_collector
+from revise.infra.procs import (
+    JVM_OPTIONS_ENV,
+    java,
+    java_feature,
+    java_version,
+    jvm_options,
+    selects_collector,
+)
 from revise.spark.session import JAVA_OPTIONS, JIT_OPTIONS, _add_jvm_options
 
 
@@ -91,25 +98,102 @@ def test_the_local_spark_cluster_daemons_get_them(monkeypatch: pytest.MonkeyPatc
     assert "SPARK_DAEMON_JAVA_OPTS" not in spark_cluster._child_env(tmp_path, "python3")
 
 
-def test_the_driver_starts_from_the_archive_once_it_exists(monkeypatch: pytest.MonkeyPatch,
-                                                           tmp_path: Path) -> None:
+@pytest.mark.parametrize(("feature", "option", "quiet"), [
+    (17, "-XX:SharedArchiveFile", cds.QUIET), (21, "-XX:SharedArchiveFile", cds.QUIET),
+    (25, "-XX:AOTCache", cds.AOT_QUIET)])
+def test_the_driver_starts_from_the_archive_once_it_exists(
+        feature: int, option: str, quiet: tuple[str, ...], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    monkeypatch.setattr(cds, "java_feature", lambda: feature)
     monkeypatch.setenv("REVISE_JVM_DIR", str(tmp_path))
     monkeypatch.delenv(cds.CDS_ENV, raising=False)
     monkeypatch.setenv(JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1")
     assert cds.driver_options() == []  # not trained: no option, not a missing file's
     archive = cds.archive_path()
     assert archive.parent.parent == tmp_path
+    assert archive.suffix == (".aot" if feature >= cds.AOT_FEATURE else ".jsa")
     archive.parent.mkdir()
     archive.write_bytes(b"")
-    assert cds.driver_options() == [f"-XX:SharedArchiveFile={archive}", *cds.QUIET]
+    assert cds.driver_options() == [f"{option}={archive}", *quiet]
     conf: dict[str, str] = {}
     _add_jvm_options(conf)
     # the archive for the driver only (executors start elsewhere), the user's options last
     assert conf["spark.driver.extraJavaOptions"].split() == [
-        f"-XX:SharedArchiveFile={archive}", *cds.QUIET, "-XX:TieredStopAtLevel=1"]
+        f"{option}={archive}", *quiet, "-XX:TieredStopAtLevel=1"]
     assert conf["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
     monkeypatch.setenv(cds.CDS_ENV, "0")
     assert cds.driver_options() == []
+
+
+def test_java_25_trains_an_aot_cache_and_older_ones_a_dynamic_archive(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    out = tmp_path / "x.partial"
+    monkeypatch.setattr(cds, "java_feature", lambda: 17)
+    assert cds.dump_options(out) == [f"-XX:ArchiveClassesAtExit={out}", *cds.QUIET]
+    monkeypatch.setattr(cds, "java_feature", lambda: 25)
+    assert cds.dump_options(out) == [f"-XX:AOTCacheOutput={out}", *cds.AOT_QUIET]
+
+
+def test_an_archive_of_another_java_is_named_stale(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    monkeypatch.setenv("REVISE_JVM_DIR", str(tmp_path))
+    monkeypatch.delenv(cds.CDS_ENV, raising=False)
+    monkeypatch.setattr(cds, "java_feature", lambda: 17)
+    old = cds.archive_path()
+    old.parent.mkdir()
+    old.write_bytes(b"")
+    assert cds.stale_note() is None
+    monkeypatch.setattr(cds, "java_feature", lambda: 25)
+    note = cds.stale_note()
+    assert note is not None and "another Java" in note
+    (old.parent / f"{cds.archive_path().name}.partial").write_bytes(b"")  # being written
+    old.unlink()
+    assert cds.stale_note() is None
+
+
+def test_training_replaces_this_javas_archives_and_keeps_another_javas(tmp_path: Path) -> None:
+    names = ["driver-0000aaaa-1111111111111111.jsa",  # this Java, other jars
+             "driver-0000aaaa-2222222222222222.jsa",  # the new one
+             "driver-0000bbbb-1111111111111111.aot",  # another Java
+             "driver-0123456789abcdef.jsa",  # a name revise does not give
+             "driver-0000aaaa-3333333333333333.aot.partial"]  # being written
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    cds.remove_replaced(tmp_path / names[1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [names[1], names[2], names[4]])
+
+
+def _fake_jdk(home: Path, release: str | None) -> Path:
+    """A JDK folder whose ``java -version`` says 21.0.2 and whose ``release`` says ``release``."""
+    (home / "bin").mkdir(parents=True)
+    if release is not None:
+        (home / "release").write_text(f'IMPLEMENTOR="x"\nJAVA_VERSION="{release}"\n')
+    java_bin = home / "bin" / "java"
+    java_bin.write_text("#!/bin/sh\necho 'openjdk version \"21.0.2\" 2024-01-16' >&2\n")
+    java_bin.chmod(0o755)
+    return java_bin
+
+
+@pytest.mark.parametrize(("release", "version"), [
+    ("25.0.3", (25, 0, 3)), ("17.0.15", (17, 0, 15)), ("21", (21,)),
+    ("1.8.0_392", (8, 0, 392)), (None, (21, 0, 2))])
+def test_the_java_version_is_read_from_the_jdk(release: str | None, version: tuple[int, ...],
+                                               tmp_path: Path) -> None:
+    # without a release file, ``java -version`` says it (on stderr)
+    assert java_version(str(_fake_jdk(tmp_path / "jdk", release))) == version
+
+
+def test_a_java_older_than_17_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                         tmp_path: Path) -> None:
+    _fake_jdk(tmp_path / "jdk11", "11.0.22")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk11"))
+    with pytest.raises(SetupError, match=r"Java 11\.0\.22; .* need Java 17 or later"):
+        java()
+    _fake_jdk(tmp_path / "jdk25", "25.0.3")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk25"))
+    assert java() == str(tmp_path / "jdk25" / "bin" / "java")
+    assert java_feature() == 25
 
 
 def test_another_java_or_other_jars_use_another_archive(monkeypatch: pytest.MonkeyPatch,
