@@ -8,13 +8,18 @@ STAMP   = $(VENV)/.installed
 # (tests/scheduling.py; --no-loadscope-reorder keeps that order). 0 runs serially.
 TEST_WORKERS ?= 2
 
-.PHONY: install demo test lint bench bench-engine bench-job clean
+# The tests whose outcome depends on the Java (the broker, the class archive, the tasks' Java
+# writer, a whole job) on another JDK: `make test-java JDK=/usr/lib/jvm/temurin-25-jdk-amd64`.
+JAVA_TESTS = tests/integration/test_infra.py tests/integration/test_task_changelog.py \
+             tests/integration/test_pipeline.py
+
+.PHONY: install demo test test-java lint bench bench-engine bench-job clean
 
 $(STAMP): pyproject.toml revise/infra/poms/kafka.xml revise/infra/poms/spark.xml \
           $(shell find revise/infra/java -name '*.java')
 	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] <= (3, 14), "revise needs Python 3.11 to 3.14, got " + sys.version.split()[0]'
-	@command -v java >/dev/null || { echo "Java 17 is required (apt-get install openjdk-17-jdk-headless)"; exit 2; }
-	@command -v javac >/dev/null || { echo "A JDK 17 (javac) is required (apt-get install openjdk-17-jdk-headless)"; exit 2; }
+	@command -v java >/dev/null || { echo "Java 17, 21 or 25 is required (apt-get install openjdk-17-jdk-headless)"; exit 2; }
+	@command -v javac >/dev/null || { echo "A JDK (javac) 17, 21 or 25 is required (apt-get install openjdk-17-jdk-headless)"; exit 2; }
 	@command -v mvn >/dev/null || { echo "Maven is required (apt-get install maven)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -30,6 +35,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+test-java: $(STAMP)
+	@test -x "$(JDK)/bin/java" || { echo "make test-java needs JDK=<a JDK's folder>"; exit 2; }
+	JAVA_HOME=$(JDK) PATH=$(JDK)/bin:$$PATH $(PY) -m revise.infra.cds
+	JAVA_HOME=$(JDK) PATH=$(JDK)/bin:$$PATH $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile \
+	    --no-loadscope-reorder $(JAVA_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check revise windows sinks tests benchmarks
