@@ -40,7 +40,10 @@ measured side by side in the same run; ``--repeat N`` runs N rounds of all varia
 round-robin and reports each variant's median run. ``VARIANT+c1`` runs a variant with only the
 JVM's quick C1 compiler (``-XX:TieredStopAtLevel=1``) beside the others: the JIT compilers'
 share of a short run's CPU against the slower code they leave; ``VARIANT+jit1`` with the JVM's
-own compile thresholds, which revise doubles (``revise.spark.session.JIT_OPTIONS``).
+own compile thresholds, which revise doubles (``revise.spark.session.JIT_OPTIONS``);
+``VARIANT+jdk`` on another Java, ``--java-home DIR`` (its class archive trained beforehand:
+``JAVA_HOME=DIR python -m revise.infra.cds``, which keeps one archive, so train the default
+Java's again after it). A shared broker (``--bootstrap``) keeps such options to the job's JVMs.
 """
 
 from __future__ import annotations
@@ -316,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also report the driver JVM's CPU by thread group (JIT, GC, executor "
                         "tasks, state server, stream; benchmarks.jvm_threads), sampled from "
                         "/proc every 0.5 s (not for the @base variants)")
+    p.add_argument("--java-home", metavar="DIR",
+                   help="the Java of the VARIANT+jdk variants (their JAVA_HOME)")
     p.add_argument("--baseline", metavar="DIR",
                    help="a source tree of another revise commit (e.g. a git worktree): a "
                         "variant named VARIANT@base runs VARIANT with DIR first on PYTHONPATH "
@@ -342,6 +347,13 @@ def _child(
         options += ["--native-max-poll-records", str(args.native_max_poll_records)]
     if args.jvm_threads:
         options.append("--jvm-threads")
+    if JDK_SUFFIX in variant:
+        if not args.java_home:
+            print(f"{variant} needs --java-home DIR", file=sys.stderr)
+            return None
+        variant = variant.replace(JDK_SUFFIX, "")
+        env["JAVA_HOME"] = args.java_home
+        env["PATH"] = os.pathsep.join([str(Path(args.java_home) / "bin"), env.get("PATH", "")])
     variant, jvm_extra = split_jvm_suffixes(variant)
     if jvm_extra:
         env[JVM_OPTIONS_ENV] = " ".join(filter(None, [env.get(JVM_OPTIONS_ENV), *jvm_extra]))
@@ -375,6 +387,8 @@ def _child(
 
 
 BASELINE_SUFFIX = "@base"
+JDK_SUFFIX = "+jdk"
+"""``VARIANT+jdk`` runs VARIANT on the Java of ``--java-home``."""
 JVM_SUFFIXES = {
     "+c1": ("-XX:TieredStopAtLevel=1", "only the JVM's quick C1 compiler"),
     "+pgc": ("-XX:+UseParallelGC", "the parallel garbage collector instead of G1"),
@@ -411,6 +425,11 @@ def _pairs(variants: list[str]) -> list[tuple[str, str]]:
         if other in variants and "revision-eos" in variants:
             pairs.append((other, "revision-eos"))
     pairs += [(v, v + BASELINE_SUFFIX) for v in variants if v + BASELINE_SUFFIX in variants]
+    pairs += [(v + JDK_SUFFIX, v) for v in variants if v + JDK_SUFFIX in variants]
+    pairs += [(ours + JDK_SUFFIX, peer + JDK_SUFFIX)
+              for peer in ("spark-native", "spark-native-kafka")
+              for ours in ("revision-eos", "watermark-eos")
+              if ours + JDK_SUFFIX in variants and peer + JDK_SUFFIX in variants]
     for sfx in JVM_SUFFIXES:
         pairs += [(v + sfx, v) for v in variants if v + sfx in variants]
         pairs += [(ours + sfx, peer + end)

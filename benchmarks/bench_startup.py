@@ -13,7 +13,9 @@ alternating so that the machine's drift hits each alike:
 - ``default``: the JVM as it comes, no class archive (``REVISE_CDS=0``);
 - ``c1``: only the JVM's quick C1 compiler (``REVISE_JVM_OPTIONS=-XX:TieredStopAtLevel=1``);
 - ``cds``: the driver's class archive (:mod:`revise.infra.cds`), what a user gets by default;
-- ``cds-c1``: both, how the test suite runs.
+- ``cds-c1``: both, how the test suite runs;
+- ``VARIANT+jdk``: VARIANT on another Java, ``--java-home DIR`` (its archive trained
+  beforehand: ``JAVA_HOME=DIR python -m revise.infra.cds``; on Java 25 an AOT cache).
 
 Printed per variant, the median over rounds: the process's wall time, the job's first
 micro-batch done (its first revisions committed: ``elapsed_s`` of ``batch=0``), and its own
@@ -47,9 +49,25 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
+JDK_SUFFIX = "+jdk"
+
+
+def _env(name: str, java_home: str | None) -> dict[str, str]:
+    """The environment of variant ``name`` (``VARIANT+jdk``: on ``java_home``'s Java)."""
+    env = dict(VARIANTS[name.removesuffix(JDK_SUFFIX)])
+    if name.endswith(JDK_SUFFIX):
+        if not java_home:
+            msg = f"{name} needs --java-home DIR"
+            raise SystemExit(msg)
+        env["JAVA_HOME"] = java_home
+        env["PATH"] = os.pathsep.join([str(Path(java_home) / "bin"), os.environ.get("PATH", "")])
+    return env
+
+
 def _run(bootstrap: str, root: Path, name: str, env: dict[str, str]) -> dict[str, float]:
     """One bounded run; its wall time, first micro-batch done and own seconds."""
-    cmd = cds.small_job_command(bootstrap, "startup-in", name, root / name)
+    qid = name.replace("+", "-")  # a topic's name has no '+'
+    cmd = cds.small_job_command(bootstrap, "startup-in", qid, root / qid)
     t0 = time.monotonic()
     done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True,
                           timeout=600, check=False)
@@ -69,9 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--events", type=int, default=1_000)
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--java-home", metavar="DIR", help="the Java of the VARIANT+jdk variants")
     args = p.parse_args(argv)
     names = args.variants.split(",")
-    if any(n.startswith("cds") for n in names) and not cds.archive_path().is_file():
+    envs = {name: _env(name, args.java_home) for name in names}
+    if any(n.startswith("cds") and not n.endswith(JDK_SUFFIX) for n in names) and \
+            not cds.archive_path().is_file():
         print("no class archive: run python -m revise.infra.cds first", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="revise-bench-startup-") as tmp:
@@ -84,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             got: dict[str, list[dict[str, float]]] = {n: [] for n in names}
             for r in range(args.rounds):
                 for name in names:
-                    fig = _run(cluster.bootstrap_servers, root / f"r{r}", name, VARIANTS[name])
+                    fig = _run(cluster.bootstrap_servers, root / f"r{r}", name, envs[name])
                     got[name].append(fig)
                     print(f"<!-- round {r + 1} {name}: wall {fig['wall']:.1f} s, first batch "
                           f"{fig['first']:.1f} s, job {fig['seconds']:.1f} s -->", flush=True)

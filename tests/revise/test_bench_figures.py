@@ -302,6 +302,41 @@ def test_bench_job_runs_a_c1_variant_with_only_the_quick_compiler(tmp_path, monk
     assert ("revision-eos+jit1", "revision-eos") in bench_job._pairs(
         ["revision-eos", "revision-eos+jit1"])
 
+
+def test_bench_job_runs_a_jdk_variant_on_the_other_java(tmp_path, monkeypatch):
+    import argparse
+    import subprocess
+
+    from benchmarks import bench_job
+
+    seen: list[tuple[list[str], dict[str, str]]] = []
+
+    def run(cmd, **kwargs):
+        seen.append((cmd, kwargs["env"]))
+        return subprocess.CompletedProcess(cmd, 0, 'BENCH {"seconds": 1}\n', "")
+
+    monkeypatch.setattr(bench_job.subprocess, "run", run)
+    monkeypatch.setenv("JAVA_HOME", "/jdk17")
+    monkeypatch.setenv("PATH", "/usr/bin")
+    args = argparse.Namespace(native_max_poll_records=None, jvm_threads=False, baseline=None,
+                              java_home="/jdk25", batch=10, shards=2, window="tumbling:10s",
+                              grace="10s")
+    rows = [bench_job._child(args, v, "t", tmp_path, "b:1")
+            for v in ("revision-eos", "revision-eos+jdk", "revision-eos+jdk+c1")]
+    assert [r["variant"] for r in rows if r] == [
+        "revision-eos", "revision-eos+jdk", "revision-eos+jdk+c1"]
+    (_, plain_env), (jdk_cmd, jdk_env), (c1_cmd, c1_env) = seen
+    assert (plain_env["JAVA_HOME"], plain_env["PATH"]) == ("/jdk17", "/usr/bin")
+    assert (jdk_env["JAVA_HOME"], jdk_env["PATH"]) == ("/jdk25", "/jdk25/bin:/usr/bin")
+    assert jdk_cmd[jdk_cmd.index("--variant") + 1] == "revision-eos"
+    assert c1_cmd[c1_cmd.index("--variant") + 1] == "revision-eos"
+    assert c1_env["JAVA_HOME"] == "/jdk25" and "TieredStopAtLevel=1" in c1_env["REVISE_JVM_OPTIONS"]
+    assert {("revision-eos+jdk", "revision-eos"),
+            ("revision-eos+jdk", "spark-native-kafka+jdk")} <= set(bench_job._pairs(
+                ["revision-eos", "revision-eos+jdk", "spark-native-kafka+jdk"]))
+    args.java_home = None
+    assert bench_job._child(args, "revision-eos+jdk", "t", tmp_path, "b:1") is None
+
 _THREADS_PROBE = """
 import ctypes, sys, threading, time
 libc = ctypes.CDLL(None)
@@ -406,7 +441,7 @@ def test_every_benchmarks_command_in_the_docs_is_one_its_module_accepts():
     import sys
     from pathlib import Path
 
-    from benchmarks.bench_job import ALL_VARIANTS, BASELINE_SUFFIX, split_jvm_suffixes
+    from benchmarks.bench_job import ALL_VARIANTS, BASELINE_SUFFIX, JDK_SUFFIX, split_jvm_suffixes
 
     root = Path(__file__).resolve().parents[2]
     doc = (root / "docs" / "BENCHMARKS.md").read_text()
@@ -418,8 +453,8 @@ def test_every_benchmarks_command_in_the_docs_is_one_its_module_accepts():
     for (module, argv), parsed in zip(commands, json.loads(done.stdout), strict=True):
         assert parsed is not None and "exit" not in parsed, (module, argv, parsed)
         if module == "benchmarks.bench_job":
-            variants = {split_jvm_suffixes(v)[0].removesuffix(BASELINE_SUFFIX)
-                        for v in parsed["variants"].split(",")}
+            variants = {split_jvm_suffixes(v.replace(JDK_SUFFIX, ""))[0]
+                        .removesuffix(BASELINE_SUFFIX) for v in parsed["variants"].split(",")}
             assert variants <= set(ALL_VARIANTS), (argv, variants - set(ALL_VARIANTS))
     # and every module of benchmarks/ is described there, by name
     modules = {p.stem for p in (root / "benchmarks").glob("*.py") if p.stem != "__init__"}
