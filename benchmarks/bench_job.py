@@ -42,8 +42,8 @@ JVM's quick C1 compiler (``-XX:TieredStopAtLevel=1``) beside the others: the JIT
 share of a short run's CPU against the slower code they leave; ``VARIANT+jit1`` with the JVM's
 own compile thresholds, which revise doubles (``revise.spark.session.JIT_OPTIONS``);
 ``VARIANT+jdk`` on another Java, ``--java-home DIR`` (its class archive trained beforehand:
-``JAVA_HOME=DIR python -m revise.infra.cds``, which keeps one archive, so train the default
-Java's again after it). A shared broker (``--bootstrap``) keeps such options to the job's JVMs.
+``JAVA_HOME=DIR python -m revise.infra.cds``). A shared broker (``--bootstrap``) keeps such
+options to the job's JVMs.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from typing import Any
 
 from benchmarks.jvm_threads import JvmThreadCpu
 from benchmarks.proc_tree import CpuUse, PeakRss
-from revise.infra.procs import JVM_OPTIONS_ENV
+from revise.infra.procs import JVM_OPTIONS_ENV, java_home_env
 from revise.kafka import SPARK_SOURCE_DEFAULTS
 
 __all__ = ["main"]
@@ -352,8 +352,7 @@ def _child(
             print(f"{variant} needs --java-home DIR", file=sys.stderr)
             return None
         variant = variant.replace(JDK_SUFFIX, "")
-        env["JAVA_HOME"] = args.java_home
-        env["PATH"] = os.pathsep.join([str(Path(args.java_home) / "bin"), env.get("PATH", "")])
+        env.update(java_home_env(args.java_home, env.get("PATH", "")))
     variant, jvm_extra = split_jvm_suffixes(variant)
     if jvm_extra:
         env[JVM_OPTIONS_ENV] = " ".join(filter(None, [env.get(JVM_OPTIONS_ENV), *jvm_extra]))

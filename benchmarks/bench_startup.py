@@ -36,7 +36,7 @@ from pathlib import Path
 
 from revise.generate import GeneratorConfig, generate, produce
 from revise.infra import broker, cds
-from revise.infra.procs import JVM_OPTIONS_ENV
+from revise.infra.procs import JVM_OPTIONS_ENV, java_home_env
 
 __all__ = ["VARIANTS", "main"]
 
@@ -59,8 +59,7 @@ def _env(name: str, java_home: str | None) -> dict[str, str]:
         if not java_home:
             msg = f"{name} needs --java-home DIR"
             raise SystemExit(msg)
-        env["JAVA_HOME"] = java_home
-        env["PATH"] = os.pathsep.join([str(Path(java_home) / "bin"), os.environ.get("PATH", "")])
+        env.update(java_home_env(java_home, os.environ.get("PATH", "")))
     return env
 
 

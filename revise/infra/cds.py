@@ -55,6 +55,7 @@ QUIET: Final = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 does not match this classpath, which it then ignores) stay out of the job's output."""
 AOT_QUIET: Final = ("-Xlog:aot=off", "-Xlog:cds=off")
 """The same for an AOT cache."""
+TRAIN_TIMEOUT_S = 300.0
 
 
 def _aot() -> bool:
@@ -65,7 +66,6 @@ def _aot() -> bool:
 def quiet_options() -> tuple[str, ...]:
     """:data:`QUIET` or :data:`AOT_QUIET`, for this Java."""
     return AOT_QUIET if _aot() else QUIET
-TRAIN_TIMEOUT_S = 300.0
 
 
 def _fingerprint(paths: list[Path]) -> list[str]:

@@ -27,7 +27,7 @@ from revise.errors import ConfigError, InfraError, SetupError
 
 __all__ = ["JAVA_FLOOR", "JVM_OPTIONS_ENV", "MALLOC_ARENAS", "MALLOC_ARENAS_ENV",
            "append_options", "cap_malloc_arenas", "free_port", "group_alive", "java",
-           "java_feature", "java_version", "jdk_tool", "jvm_options",
+           "java_feature", "java_home_env", "java_version", "jdk_tool", "jvm_options",
            "pid_alive", "port_free", "runs_command", "selects_collector", "terminate_all"]
 
 
@@ -153,6 +153,14 @@ def java() -> str:
                f"Spark need Java {JAVA_FLOOR} or later (17, 21 or 25): set JAVA_HOME to one")
         raise SetupError(msg)
     return found
+
+
+def java_home_env(home: str, path: str) -> dict[str, str]:
+    """The variables that make a child process (and the JVMs it starts) use the JDK at ``home``.
+
+    ``path``: the ``PATH`` it would have otherwise, behind the JDK's ``bin``.
+    """
+    return {"JAVA_HOME": home, "PATH": os.pathsep.join([str(Path(home) / "bin"), path])}
 
 
 def java_feature() -> int:

@@ -260,7 +260,11 @@ def test_bench_job_keeps_every_micro_batch_with_its_steps(tmp_path):
     assert figures["checkpoint_mb"] == round(2048 / 2**20, 1)
 
 
-def test_bench_job_runs_a_c1_variant_with_only_the_quick_compiler(tmp_path, monkeypatch):
+def _children(tmp_path, monkeypatch, variants, **options):
+    """Run ``bench_job._child`` for each variant with ``subprocess.run`` recorded, not run.
+
+    Returns the rows and each child's (command, environment).
+    """
     import argparse
     import subprocess
 
@@ -273,20 +277,32 @@ def test_bench_job_runs_a_c1_variant_with_only_the_quick_compiler(tmp_path, monk
         return subprocess.CompletedProcess(cmd, 0, 'BENCH {"seconds": 1}\n', "")
 
     monkeypatch.setattr(bench_job.subprocess, "run", run)
+    args = argparse.Namespace(**{"native_max_poll_records": None, "jvm_threads": False,
+                                 "baseline": None, "java_home": None, "batch": 10, "shards": 2,
+                                 "window": "tumbling:10s", "grace": "10s", **options})
+    rows = [bench_job._child(args, v, "t", tmp_path, "b:1") for v in variants]
+    return rows, seen
+
+
+def _variant_of(cmd: list[str]) -> str:
+    return cmd[cmd.index("--variant") + 1]
+
+
+def test_bench_job_runs_a_c1_variant_with_only_the_quick_compiler(tmp_path, monkeypatch):
+    from benchmarks import bench_job
+
     monkeypatch.setenv("REVISE_JVM_OPTIONS", "-Xss4m")
-    args = argparse.Namespace(native_max_poll_records=None, jvm_threads=False, baseline=None,
-                              batch=10, shards=2, window="tumbling:10s", grace="10s")
-    rows = [bench_job._child(args, v, "t", tmp_path, "b:1")
-            for v in ("revision-eos", "revision-eos+c1", "revision-eos+c1+pgc")]
+    rows, seen = _children(tmp_path, monkeypatch,
+                           ["revision-eos", "revision-eos+c1", "revision-eos+c1+pgc"])
     assert [r["variant"] for r in rows if r] == [
         "revision-eos", "revision-eos+c1", "revision-eos+c1+pgc"]
-    (plain_cmd, plain_env), (c1_cmd, c1_env), (both_cmd, both_env) = seen
+    (_, plain_env), (c1_cmd, c1_env), (both_cmd, both_env) = seen
     assert plain_env["REVISE_JVM_OPTIONS"] == "-Xss4m"
     assert c1_env["REVISE_JVM_OPTIONS"] == "-Xss4m -XX:TieredStopAtLevel=1"
-    assert c1_cmd[c1_cmd.index("--variant") + 1] == "revision-eos"
+    assert _variant_of(c1_cmd) == "revision-eos"
     assert both_env["REVISE_JVM_OPTIONS"] == (
         "-Xss4m -XX:+UseParallelGC -XX:TieredStopAtLevel=1")
-    assert both_cmd[both_cmd.index("--variant") + 1] == "revision-eos"
+    assert _variant_of(both_cmd) == "revision-eos"
     pairs = bench_job._pairs(["revision-eos", "revision-eos+c1", "spark-native-kafka"])
     assert {("revision-eos+c1", "revision-eos"),
             ("revision-eos+c1", "spark-native-kafka"),
@@ -304,38 +320,26 @@ def test_bench_job_runs_a_c1_variant_with_only_the_quick_compiler(tmp_path, monk
 
 
 def test_bench_job_runs_a_jdk_variant_on_the_other_java(tmp_path, monkeypatch):
-    import argparse
-    import subprocess
-
     from benchmarks import bench_job
 
-    seen: list[tuple[list[str], dict[str, str]]] = []
-
-    def run(cmd, **kwargs):
-        seen.append((cmd, kwargs["env"]))
-        return subprocess.CompletedProcess(cmd, 0, 'BENCH {"seconds": 1}\n', "")
-
-    monkeypatch.setattr(bench_job.subprocess, "run", run)
     monkeypatch.setenv("JAVA_HOME", "/jdk17")
     monkeypatch.setenv("PATH", "/usr/bin")
-    args = argparse.Namespace(native_max_poll_records=None, jvm_threads=False, baseline=None,
-                              java_home="/jdk25", batch=10, shards=2, window="tumbling:10s",
-                              grace="10s")
-    rows = [bench_job._child(args, v, "t", tmp_path, "b:1")
-            for v in ("revision-eos", "revision-eos+jdk", "revision-eos+jdk+c1")]
+    rows, seen = _children(tmp_path, monkeypatch,
+                           ["revision-eos", "revision-eos+jdk", "revision-eos+jdk+c1"],
+                           java_home="/jdk25")
     assert [r["variant"] for r in rows if r] == [
         "revision-eos", "revision-eos+jdk", "revision-eos+jdk+c1"]
     (_, plain_env), (jdk_cmd, jdk_env), (c1_cmd, c1_env) = seen
     assert (plain_env["JAVA_HOME"], plain_env["PATH"]) == ("/jdk17", "/usr/bin")
     assert (jdk_env["JAVA_HOME"], jdk_env["PATH"]) == ("/jdk25", "/jdk25/bin:/usr/bin")
-    assert jdk_cmd[jdk_cmd.index("--variant") + 1] == "revision-eos"
-    assert c1_cmd[c1_cmd.index("--variant") + 1] == "revision-eos"
+    assert _variant_of(jdk_cmd) == _variant_of(c1_cmd) == "revision-eos"
     assert c1_env["JAVA_HOME"] == "/jdk25" and "TieredStopAtLevel=1" in c1_env["REVISE_JVM_OPTIONS"]
     assert {("revision-eos+jdk", "revision-eos"),
             ("revision-eos+jdk", "spark-native-kafka+jdk")} <= set(bench_job._pairs(
                 ["revision-eos", "revision-eos+jdk", "spark-native-kafka+jdk"]))
-    args.java_home = None
-    assert bench_job._child(args, "revision-eos+jdk", "t", tmp_path, "b:1") is None
+    rows, _ = _children(tmp_path, monkeypatch, ["revision-eos+jdk"])  # no --java-home
+    assert rows == [None]
+
 
 _THREADS_PROBE = """
 import ctypes, sys, threading, time
