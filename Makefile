@@ -15,8 +15,9 @@ JAVA_TESTS = tests/integration/test_infra.py tests/integration/test_task_changel
 
 .PHONY: install demo test test-java lint bench bench-engine bench-job clean
 
+# revise/infra/cds.py names and writes the class archive: a change to it trains one again.
 $(STAMP): pyproject.toml revise/infra/poms/kafka.xml revise/infra/poms/spark.xml \
-          $(shell find revise/infra/java -name '*.java')
+          revise/infra/cds.py $(shell find revise/infra/java -name '*.java')
 	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] <= (3, 14), "revise needs Python 3.11 to 3.14, got " + sys.version.split()[0]'
 	@command -v java >/dev/null || { echo "Java 17, 21 or 25 is required (apt-get install openjdk-17-jdk-headless)"; exit 2; }
 	@command -v javac >/dev/null || { echo "A JDK (javac) 17, 21 or 25 is required (apt-get install openjdk-17-jdk-headless)"; exit 2; }
