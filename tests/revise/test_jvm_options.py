@@ -138,15 +138,19 @@ def test_an_archive_of_another_java_is_named_stale(monkeypatch: pytest.MonkeyPat
                                                    tmp_path: Path) -> None:
     monkeypatch.setenv("REVISE_JVM_DIR", str(tmp_path))
     monkeypatch.delenv(cds.CDS_ENV, raising=False)
-    monkeypatch.setattr(cds, "java_feature", lambda: 17)
+    _fake_jdk(tmp_path / "jdk17", "17.0.15")
+    _fake_jdk(tmp_path / "jdk25", "25.0.3")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk17"))
     old = cds.archive_path()
     old.parent.mkdir()
     old.write_bytes(b"")
     assert cds.stale_note() is None
-    monkeypatch.setattr(cds, "java_feature", lambda: 25)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk25"))
+    new = cds.archive_path()
+    assert new.suffix == ".aot" and new.name.split("-")[1] != old.name.split("-")[1]
     note = cds.stale_note()
     assert note is not None and "another Java" in note
-    (old.parent / f"{cds.archive_path().name}.partial").write_bytes(b"")  # being written
+    (old.parent / f"{new.name}.partial").write_bytes(b"")  # being written: not an archive
     old.unlink()
     assert cds.stale_note() is None
 
