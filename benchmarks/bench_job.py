@@ -63,14 +63,19 @@ from typing import Any
 
 from benchmarks.jvm_threads import JvmThreadCpu
 from benchmarks.proc_tree import CpuUse, PeakRss
+from benchmarks.variants import (
+    ALL_VARIANTS,
+    BASELINE_SUFFIX,
+    JDK_SUFFIX,
+    JVM_SUFFIXES,
+    VARIANTS,
+    pairs,
+    split_jvm_suffixes,
+)
 from revise.infra.procs import JVM_OPTIONS_ENV, java_home_env
 from revise.kafka import SPARK_SOURCE_DEFAULTS
 
 __all__ = ["main"]
-
-VARIANTS = ("revision-eos", "revision-plain", "watermark-eos", "spark-native")
-ALL_VARIANTS = (*VARIANTS, "revision-noop", "revision-overlap", "spark-native-kafka")
-
 
 def _one(args: argparse.Namespace) -> dict[str, Any]:
     """Run one variant in this process; returns its figures."""
@@ -385,59 +390,6 @@ def _child(
     return row
 
 
-BASELINE_SUFFIX = "@base"
-JDK_SUFFIX = "+jdk"
-"""``VARIANT+jdk`` runs VARIANT on the Java of ``--java-home``."""
-JVM_SUFFIXES = {
-    "+c1": ("-XX:TieredStopAtLevel=1", "only the JVM's quick C1 compiler"),
-    "+pgc": ("-XX:+UseParallelGC", "the parallel garbage collector instead of G1"),
-    "+jit1": ("-XX:CompileThresholdScaling=1",
-              "the JVM's own compile thresholds (revise doubles them: "
-              "revise.spark.session.JIT_OPTIONS)"),
-}
-"""A variant named ``VARIANT+c1``, ``VARIANT+pgc``, ``VARIANT+jit1`` (or ``VARIANT@base+c1``,
-``VARIANT+c1+pgc``) runs with each suffix's JVM option appended to ``$REVISE_JVM_OPTIONS`` for
-its process."""
-
-
-def split_jvm_suffixes(name: str) -> tuple[str, list[str]]:
-    """``name`` without its :data:`JVM_SUFFIXES`, and their options (the last suffix first)."""
-    options: list[str] = []
-    while suffix := next((sfx for sfx in JVM_SUFFIXES if name.endswith(sfx)), None):
-        name = name.removesuffix(suffix)
-        options.append(JVM_SUFFIXES[suffix][0])
-    return name, options
-
-
-def _pairs(variants: list[str]) -> list[tuple[str, str]]:
-    """The (ours, peer) pairs whose throughput ratio is printed.
-
-    Revise against Spark native, ``revision-eos`` against ``revision-overlap`` and
-    ``revision-noop`` (its throughput ÷ ``revision-eos``'s is how much the output slows the
-    job), a variant against its ``@base`` run, and a ``+c1`` or ``+pgc`` variant against the
-    same variant and against native (with the same option too, when it ran).
-    """
-    pairs: list[tuple[str, str]] = [(ours, peer) for peer in ("spark-native", "spark-native-kafka")
-             for ours in ("revision-eos", "revision-overlap", "watermark-eos")
-             if ours in variants and peer in variants]
-    for other in ("revision-overlap", "revision-noop"):  # noop ÷ eos: what the output costs
-        if other in variants and "revision-eos" in variants:
-            pairs.append((other, "revision-eos"))
-    pairs += [(v, v + BASELINE_SUFFIX) for v in variants if v + BASELINE_SUFFIX in variants]
-    pairs += [(v + JDK_SUFFIX, v) for v in variants if v + JDK_SUFFIX in variants]
-    pairs += [(ours + JDK_SUFFIX, peer + JDK_SUFFIX)
-              for peer in ("spark-native", "spark-native-kafka")
-              for ours in ("revision-eos", "watermark-eos")
-              if ours + JDK_SUFFIX in variants and peer + JDK_SUFFIX in variants]
-    for sfx in JVM_SUFFIXES:
-        pairs += [(v + sfx, v) for v in variants if v + sfx in variants]
-        pairs += [(ours + sfx, peer + end)
-                  for peer in ("spark-native", "spark-native-kafka")
-                  for ours in ("revision-eos", "watermark-eos") for end in ("", sfx)
-                  if ours + sfx in variants and peer + end in variants]
-    return pairs
-
-
 def _median_run(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median records/s (the lower middle one for an even count)."""
     ordered = sorted(rows, key=lambda r: r["records_per_s"])
@@ -479,7 +431,7 @@ def _measure(args: argparse.Namespace, work: Path) -> int:
                 runs.setdefault(variant, []).append(row)
                 shown = {k: v for k, v in row.items() if k != "micro_batches"}  # --json has it
                 print(f"round {round_} {variant}: {shown}", flush=True)
-            for ours, peer in _pairs(variants):
+            for ours, peer in pairs(variants):
                 a, b = runs[ours][-1], runs[peer][-1]
                 print(f"round {round_}: {ours} / {peer} throughput "
                       f"{a['records_per_s'] / b['records_per_s']:.2f}", flush=True)
@@ -489,7 +441,7 @@ def _measure(args: argparse.Namespace, work: Path) -> int:
         by = {r["variant"]: r for r in rows}
         note = f" (median of {args.repeat} rounds)" if args.repeat > 1 else ""
         print()
-        for ours, peer in _pairs(variants):
+        for ours, peer in pairs(variants):
             ratio = by[ours]["records_per_s"] / by[peer]["records_per_s"]
             print(f"{ours} / {peer} throughput{note}: {ratio:.2f}")
         if "revision-eos" in by and "revision-plain" in by:

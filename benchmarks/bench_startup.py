@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.variants import JDK_SUFFIX
 from revise.generate import GeneratorConfig, generate, produce
 from revise.infra import broker, cds
 from revise.infra.procs import JVM_OPTIONS_ENV, java_home_env
@@ -47,9 +48,6 @@ VARIANTS: dict[str, dict[str, str]] = {
     "cds": {cds.CDS_ENV: "1", JVM_OPTIONS_ENV: ""},
     "cds-c1": {cds.CDS_ENV: "1", JVM_OPTIONS_ENV: C1},
 }
-
-
-JDK_SUFFIX = "+jdk"
 
 
 def _env(name: str, java_home: str | None) -> dict[str, str]:

@@ -289,7 +289,7 @@ def _variant_of(cmd: list[str]) -> str:
 
 
 def test_bench_job_runs_a_c1_variant_with_only_the_quick_compiler(tmp_path, monkeypatch):
-    from benchmarks import bench_job
+    from benchmarks import variants
 
     monkeypatch.setenv("REVISE_JVM_OPTIONS", "-Xss4m")
     rows, seen = _children(tmp_path, monkeypatch,
@@ -303,24 +303,24 @@ def test_bench_job_runs_a_c1_variant_with_only_the_quick_compiler(tmp_path, monk
     assert both_env["REVISE_JVM_OPTIONS"] == (
         "-Xss4m -XX:+UseParallelGC -XX:TieredStopAtLevel=1")
     assert _variant_of(both_cmd) == "revision-eos"
-    pairs = bench_job._pairs(["revision-eos", "revision-eos+c1", "spark-native-kafka"])
+    pairs = variants.pairs(["revision-eos", "revision-eos+c1", "spark-native-kafka"])
     assert {("revision-eos+c1", "revision-eos"),
             ("revision-eos+c1", "spark-native-kafka"),
             ("revision-eos", "spark-native-kafka")} <= set(pairs)
-    pairs = bench_job._pairs(["revision-eos", "revision-eos+pgc", "spark-native-kafka",
-                              "spark-native-kafka+pgc"])
+    pairs = variants.pairs(["revision-eos", "revision-eos+pgc", "spark-native-kafka",
+                            "spark-native-kafka+pgc"])
     assert {("revision-eos+pgc", "revision-eos"),
             ("spark-native-kafka+pgc", "spark-native-kafka"),
             ("revision-eos+pgc", "spark-native-kafka+pgc")} <= set(pairs)
     # +jit1: the JVM's own compile thresholds, against revise's doubled ones
-    assert bench_job.split_jvm_suffixes("revision-eos+jit1") == (
+    assert variants.split_jvm_suffixes("revision-eos+jit1") == (
         "revision-eos", ["-XX:CompileThresholdScaling=1"])
-    assert ("revision-eos+jit1", "revision-eos") in bench_job._pairs(
+    assert ("revision-eos+jit1", "revision-eos") in variants.pairs(
         ["revision-eos", "revision-eos+jit1"])
 
 
 def test_bench_job_runs_a_jdk_variant_on_the_other_java(tmp_path, monkeypatch):
-    from benchmarks import bench_job
+    from benchmarks import variants
 
     monkeypatch.setenv("JAVA_HOME", "/jdk17")
     monkeypatch.setenv("PATH", "/usr/bin")
@@ -335,7 +335,7 @@ def test_bench_job_runs_a_jdk_variant_on_the_other_java(tmp_path, monkeypatch):
     assert _variant_of(jdk_cmd) == _variant_of(c1_cmd) == "revision-eos"
     assert c1_env["JAVA_HOME"] == "/jdk25" and "TieredStopAtLevel=1" in c1_env["REVISE_JVM_OPTIONS"]
     assert {("revision-eos+jdk", "revision-eos"),
-            ("revision-eos+jdk", "spark-native-kafka+jdk")} <= set(bench_job._pairs(
+            ("revision-eos+jdk", "spark-native-kafka+jdk")} <= set(variants.pairs(
                 ["revision-eos", "revision-eos+jdk", "spark-native-kafka+jdk"]))
     rows, _ = _children(tmp_path, monkeypatch, ["revision-eos+jdk"])  # no --java-home
     assert rows == [None]
@@ -445,7 +445,7 @@ def test_every_benchmarks_command_in_the_docs_is_one_its_module_accepts():
     import sys
     from pathlib import Path
 
-    from benchmarks.bench_job import ALL_VARIANTS, BASELINE_SUFFIX, JDK_SUFFIX, split_jvm_suffixes
+    from benchmarks.variants import ALL_VARIANTS, BASELINE_SUFFIX, JDK_SUFFIX, split_jvm_suffixes
 
     root = Path(__file__).resolve().parents[2]
     doc = (root / "docs" / "BENCHMARKS.md").read_text()
