@@ -34,14 +34,18 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/revise demo
 
+PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(PYTEST)
+
+# Only these commands get the JDK: the install ($(STAMP)) stays on the default Java's.
+ON_JDK = JAVA_HOME=$(JDK) PATH=$(JDK)/bin:$$PATH
 
 test-java: $(STAMP)
 	@test -x "$(JDK)/bin/java" || { echo "make test-java needs JDK=<a JDK's folder>"; exit 2; }
-	JAVA_HOME=$(JDK) PATH=$(JDK)/bin:$$PATH $(PY) -m revise.infra.cds
-	JAVA_HOME=$(JDK) PATH=$(JDK)/bin:$$PATH $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile \
-	    --no-loadscope-reorder $(JAVA_TESTS)
+	$(ON_JDK) $(PY) -m revise.infra.cds
+	$(ON_JDK) $(PYTEST) $(JAVA_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check revise windows sinks tests benchmarks
