@@ -43,7 +43,7 @@ from revise.infra.jars import jvm_dir, revise_jar_path
 from revise.infra.procs import JVM_OPTIONS_ENV, group_alive, java, java_feature, jvm_options
 
 __all__ = ["AOT_FEATURE", "AOT_QUIET", "CDS_ENV", "QUIET", "archive_path", "driver_options",
-           "dump_options", "quiet_options", "remove_replaced", "small_job_command", "stale_note",
+           "dump_options", "remove_replaced", "small_job_command", "stale_note",
            "train"]
 
 CDS_ENV = "REVISE_CDS"
@@ -61,11 +61,6 @@ TRAIN_TIMEOUT_S = 300.0
 def _aot() -> bool:
     """Whether this Java's archive is an AOT cache."""
     return java_feature() >= AOT_FEATURE
-
-
-def quiet_options() -> tuple[str, ...]:
-    """:data:`QUIET` or :data:`AOT_QUIET`, for this Java."""
-    return AOT_QUIET if _aot() else QUIET
 
 
 def _fingerprint(paths: list[Path]) -> list[str]:
@@ -127,8 +122,9 @@ def driver_options() -> list[str]:
     path = _archive_if_on()
     if path is None or not path.is_file():
         return []
-    option = "-XX:AOTCache" if path.suffix == ".aot" else "-XX:SharedArchiveFile"
-    return [f"{option}={path}", *quiet_options()]
+    if path.suffix == ".aot":
+        return [f"-XX:AOTCache={path}", *AOT_QUIET]
+    return [f"-XX:SharedArchiveFile={path}", *QUIET]
 
 
 def stale_note() -> str | None:
