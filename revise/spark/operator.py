@@ -318,7 +318,7 @@ class TaskOutput:
 
 
 def _write(out: TaskOutput, revision_schema: pa.Schema, messages: MessageKinds,
-           history: HistoryTarget | None) -> list[pd.DataFrame]:
+           history: HistoryTarget | None) -> Iterator[pd.DataFrame]:
     """A task's output written here, and the rows that say so (in frames).
 
     The revisions carry the micro-batch's ``emitted_at_ms`` (:func:`batch_stamp`); the

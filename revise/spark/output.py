@@ -15,9 +15,10 @@ watermark), each called shard's open windows (``open``) and each task's Kafka re
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -73,10 +74,11 @@ close of hundreds of thousands of windows, reaches the JVM as rows Spark copies 
 growing one buffer to the whole output (a single row of ~1M revisions ran the local JVM out of
 heap)."""
 
-PAYLOAD_BYTES_PER_FRAME: Final = 1 << 30
+PAYLOAD_BYTES_PER_FRAME: Final = 16 << 20
 """At most this many payload bytes in one of a task's output frames (but for a single larger
-row): an Arrow binary column, which PySpark's conversion and the JVM's reader take, holds less
-than 2 GiB."""
+row). The frames go to the JVM one at a time as they are encoded, and the task's writer sends
+a row's messages as it reads it: neither side holds the task's whole output (a close of
+hundreds of thousands of windows), only a frame or two."""
 
 FILE_KIND: Final = "file:"
 """Prefix of the kind of a row holding one data file's record; the rest is the table."""
@@ -224,7 +226,7 @@ def encode_output(*, revisions: pa.Table, late: pa.Table, dead: pa.Table,
                   files: Mapping[str, Sequence[DataFile]] | None = None,
                   open_windows: Mapping[int, int] | None = None,
                   messages: MessageKinds = REVISIONS_ONLY,
-                  partition: int = 0) -> list[pd.DataFrame]:
+                  partition: int = 0) -> Iterator[pd.DataFrame]:
     """A task's output → the operator's rows, in frames (none when there is nothing to say).
 
     ``revisions`` (in ``revision_schema``, each window's in revision order, a close-all's FINALs
@@ -233,51 +235,54 @@ def encode_output(*, revisions: pa.Table, late: pa.Table, dead: pa.Table,
     them. ``open_windows`` (shard → count): each called shard's open windows after its last
     call. ``partition``: the state partition of the task (the ``counts`` row's ``rows``).
 
-    Each frame's ``payload`` column is one Arrow binary array (:func:`_frames`), which PySpark
-    sends to the JVM as it is; the rows keep their order across frames.
+    The rows for the driver come first, then the messages, encoded a row at a time as the
+    frames are taken: each frame's ``payload`` column is one Arrow binary array
+    (:func:`_frames`), which PySpark sends to the JVM as it is; the rows keep their order.
     """
-    rows: list[tuple[str, int, list[bytes | pa.Buffer]]] = []
+    head: list[tuple[str, int, list[bytes | pa.Buffer]]] = []
     for shard, count in (open_windows or {}).items():
-        rows.append((OPEN_KIND, count, [str(shard).encode()]))
+        head.append((OPEN_KIND, count, [str(shard).encode()]))
     counts = BatchCounts.of(revisions, late, dead)
     if not counts.empty:
-        rows.append((COUNTS_KIND, partition, [counts.to_json()]))
-    for i, (kind, table) in enumerate((("revision", revisions), ("late", late),
-                                       ("dead", dead))):
-        if not messages.wants(kind):
-            continue
-        for at in range(0, table.num_rows, MESSAGES_PER_ROW):
-            chunk = table.slice(at, MESSAGES_PER_ROW)
-            rows.append((f"msg:{i}", chunk.num_rows, _messages(kind, chunk, revision_schema)))
+        head.append((COUNTS_KIND, partition, [counts.to_json()]))
     for table_name, table_files in (files or {}).items():
-        rows.extend((FILE_KIND + table_name, f.num_records, [f.to_json()]) for f in table_files)
-    return _frames(rows)
+        head.extend((FILE_KIND + table_name, f.num_records, [f.to_json()]) for f in table_files)
+
+    def message_rows() -> Iterator[tuple[str, int, list[bytes | pa.Buffer]]]:
+        for i, (kind, table) in enumerate((("revision", revisions), ("late", late),
+                                           ("dead", dead))):
+            if not messages.wants(kind):
+                continue
+            for at in range(0, table.num_rows, MESSAGES_PER_ROW):
+                chunk = table.slice(at, MESSAGES_PER_ROW)
+                yield f"msg:{i}", chunk.num_rows, _messages(kind, chunk, revision_schema)
+
+    return _frames(itertools.chain(head, message_rows()))
 
 
-def _frames(rows: list[tuple[str, int, list[bytes | pa.Buffer]]]) -> list[pd.DataFrame]:
+def _frames(rows: Iterable[tuple[str, int, list[bytes | pa.Buffer]]]
+            ) -> Iterator[pd.DataFrame]:
     """``(kind, rows, payload pieces)`` → DataFrames of at most :data:`PAYLOAD_BYTES_PER_FRAME`.
 
     A frame's payloads are joined once into the data buffer of one Arrow binary array, held
     by the frame as an Arrow-backed column: PySpark's pandas-to-Arrow conversion of the
     operator's output takes such a column without copying it, where a column of Python
-    ``bytes`` is copied again into freshly allocated Arrow memory (tens of MB a task of the
-    daily workload, ~1.8 GB over its run).
+    ``bytes`` is copied again into freshly allocated Arrow memory. Each frame is made when the
+    next row would overflow it, so the rows are taken (and encoded) only as fast as the frames.
     """
-    frames: list[pd.DataFrame] = []
     group: list[tuple[str, int, list[bytes | pa.Buffer]]] = []
     lengths: list[int] = []
     size = 0
     for row in rows:
         length = sum(len(p) for p in row[2])
         if group and size + length > PAYLOAD_BYTES_PER_FRAME:
-            frames.append(_frame(group, lengths))
+            yield _frame(group, lengths)
             group, lengths, size = [], [], 0
         group.append(row)
         lengths.append(length)
         size += length
     if group:
-        frames.append(_frame(group, lengths))
-    return frames
+        yield _frame(group, lengths)
 
 
 def _frame(rows: list[tuple[str, int, list[bytes | pa.Buffer]]],

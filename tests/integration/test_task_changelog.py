@@ -126,6 +126,49 @@ def test_a_duplicate_attempt_fences_the_partitions_producer_and_the_batch_lands_
     assert all(values[f"{k}@1"] == 1 for k in on_1)  # partition 1's, once; partition 0's: none
 
 
+def test_a_producer_fenced_before_its_batch_sends_the_batch_again_with_a_new_one(job):
+    """Another attempt took partition 0's id without committing anything: the kept producer
+    learns it from its batch's first messages, which the task held; a new producer sends them
+    again with the rest, and every message lands once."""
+    keys = [f"k{i}" for i in range(40)]  # about 20 rows of messages per partition
+    _write(job, 0, keys)
+    Producer({"bootstrap.servers": job["bootstrap"],
+              "transactional.id": transactional_id(job["query"], 0)}).init_transactions(30)
+    reports = _write(job, 1, keys)
+    assert not any(r["skipped"] for r in reports) and sum(r["messages"] for r in reports) == 40
+    assert _values(job) == Counter([*(f"{k}@0" for k in keys), *(f"{k}@1" for k in keys)])
+    progress = read_progress(job["bootstrap"], PROGRESS_TOPIC, job["query"], PARTITIONS)
+    assert [p.batch for p in progress] == [1, 1]
+
+
+def test_a_task_failing_after_some_of_its_messages_aborts_them(job):
+    """The writer sends each row's messages as it reads it: a task whose output fails after
+    some rows aborts its open transaction (a read_committed reader is not held up by it and
+    never sees its messages), and the partition's next batch commits as usual."""
+    from pyspark.sql import functions as F
+
+    keys = [f"k{i}" for i in range(10)]
+    rows = _batch(job, 0, keys).coalesce(1).union(
+        job["spark"].createDataFrame([("boom", 0, b"")], "kind string, rows long, payload binary"))
+    failing = rows.withColumn("payload", F.when(F.col("kind") == "boom", F.raise_error(
+        F.lit("the operator failed"))).otherwise(F.col("payload"))).coalesce(1)
+    task_settings = settings(
+        query_id=job["query"], batch_id=0, epoch=job["epoch"], emitted_at_ms=1000,
+        progress_topic=PROGRESS_TOPIC, topics={"revision": job["topic"]},
+        java_conf={"bootstrap.servers": job["bootstrap"]})
+    with pytest.raises(Exception, match="the operator failed"):
+        write(failing, task_settings)
+    reader = Consumer({"bootstrap.servers": job["bootstrap"], "group.id": "unused"})
+    ends = [reader.get_watermark_offsets(TopicPartition(job["topic"], p), 10)[1]
+            for p in range(3)]
+    reader.close()
+    assert sum(ends) > 10  # the rows read before the failure were sent, then aborted (markers)
+    assert not read_committed(job["bootstrap"], job["topic"], timeout_s=10)  # none, not held
+    reports = _write(job, 0, keys)
+    assert not any(r["skipped"] for r in reports)
+    assert _values(job) == Counter(f"{k}@0" for k in keys)
+
+
 def test_a_newer_instance_stops_the_older_ones_tasks(job):
     keys = [f"k{i}" for i in range(10)]
     _write(job, 0, keys)

@@ -140,7 +140,7 @@ def test_a_shards_rows_stamp_its_revisions_and_frame_them_as_the_changelogs_mess
     assert {r["emitted_at_ms"] for r in sent} == {1234}
     keys, _values = unframe(rows["payload"][1])
     assert keys == [revision_key("a", i, 10) for i in range(3)]
-    assert encode_output(revisions=REVISION_SCHEMA.empty_table(), late=late, dead=dead) == []
+    assert list(encode_output(revisions=REVISION_SCHEMA.empty_table(), late=late, dead=dead)) == []
 
 
 def test_the_committer_hands_the_batchs_input_end_to_its_tasks_and_writes_the_close(

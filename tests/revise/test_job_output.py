@@ -50,7 +50,7 @@ def test_only_metadata_comes_back_whatever_the_number_of_revisions():
         (frame,) = output.encode_output(revisions=_revisions(n), late=_NO_LATE, dead=_NO_DEAD,
                                         files={"revisions": [a_file]})
         rows = -(-n // output.MESSAGES_PER_ROW)
-        assert frame["kind"].tolist() == ["counts", *["msg:0"] * rows, "file:revisions"]
+        assert frame["kind"].tolist() == ["counts", "file:revisions", *["msg:0"] * rows]
         to_driver = frame[frame["kind"] != "msg:0"]
         assert sum(len(b) for b in to_driver["payload"]) < 500
         out = output.decode_output(_collect(to_driver))
@@ -73,18 +73,41 @@ def test_a_tasks_messages_come_in_rows_of_bounded_size_in_order(monkeypatch):
 
 def test_a_tasks_output_splits_into_frames_of_bounded_payload_in_order(monkeypatch):
     """Rows whose payloads together pass ``PAYLOAD_BYTES_PER_FRAME`` go out as several frames
-    (an Arrow binary column holds under 2 GiB), every row once and in order."""
+    (which the JVM takes one at a time), every row once and in order."""
     monkeypatch.setattr(output, "MESSAGES_PER_ROW", 3)
     (whole,) = output.encode_output(revisions=_revisions(10), late=_NO_LATE, dead=_NO_DEAD)
     sizes = [len(p) for p in whole["payload"]]
     monkeypatch.setattr(output, "PAYLOAD_BYTES_PER_FRAME", max(sizes) + 1)
-    frames = output.encode_output(revisions=_revisions(10), late=_NO_LATE, dead=_NO_DEAD)
+    frames = list(output.encode_output(revisions=_revisions(10), late=_NO_LATE, dead=_NO_DEAD))
     assert len(frames) > 2
     assert all(sum(len(p) for p in f["payload"]) <= max(sizes) + 1 for f in frames)
     rows = pd.concat(frames, ignore_index=True)
     assert rows["kind"].tolist() == whole["kind"].tolist()
     assert [bytes(p) for p in rows["payload"]] == [bytes(p) for p in whole["payload"]]
     assert [r["window_start_ms"] for r in message_revisions(rows)] == [-i for i in range(10)]
+
+
+def test_a_tasks_messages_are_encoded_as_its_frames_are_taken(monkeypatch):
+    """The frames are made one at a time: taking the first encodes only the rows it holds and
+    the one that did not fit, so a worker never holds a close's whole JSON."""
+    monkeypatch.setattr(output, "MESSAGES_PER_ROW", 2)
+    (whole,) = output.encode_output(revisions=_revisions(20), late=_NO_LATE, dead=_NO_DEAD)
+    monkeypatch.setattr(output, "PAYLOAD_BYTES_PER_FRAME", len(whole["payload"][1]) * 2)
+    encoded: list[int] = []
+    real = output._messages
+
+    def counted(kind: str, table: pa.Table, schema: pa.Schema) -> list[bytes | pa.Buffer]:
+        encoded.append(table.num_rows)
+        return real(kind, table, schema)
+
+    monkeypatch.setattr(output, "_messages", counted)
+    frames = output.encode_output(revisions=_revisions(20), late=_NO_LATE, dead=_NO_DEAD)
+    first = next(frames)
+    assert first["kind"].tolist() == ["counts", "msg:0"] and len(encoded) == 2
+    rest = list(frames)
+    assert len(encoded) == 10 and len(rest) == 9
+    rows = pd.concat([first, *rest], ignore_index=True)
+    assert [bytes(p) for p in rows["payload"]] == [bytes(p) for p in whole["payload"]]
 
 
 def test_pysparks_conversion_sends_the_frames_payloads_as_they_are():
@@ -108,8 +131,8 @@ def test_pysparks_conversion_sends_the_frames_payloads_as_they_are():
 
 
 def test_a_shard_without_output_yields_nothing():
-    assert output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_NO_LATE,
-                                dead=_NO_DEAD) == []
+    assert list(output.encode_output(revisions=REVISION_SCHEMA.empty_table(), late=_NO_LATE,
+                                     dead=_NO_DEAD)) == []
 
 
 def test_late_records_and_dead_letters_are_messages_only_where_a_topic_takes_them():

@@ -14,12 +14,10 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InvalidProducerEpochException;
@@ -45,19 +43,20 @@ import org.apache.spark.sql.RowFactory;
  * the partition's progress: the offset {@code batch + 1} of partition {@code p} of the progress
  * topic, committed for the group {@code revise-<query id>} through {@code
  * sendOffsetsToTransaction}, its metadata the JSON {@code {"epoch", "batch", "emitted_at_ms"}}.
- * Every other row passes through to the driver, followed by one row of kind {@code kafka} (the
- * task's report, JSON).
+ * The messages are produced as their rows arrive ({@link PartitionOutput}): a task holds one
+ * row's payload, not its output. Every other row passes through to the driver, followed by one
+ * row of kind {@code kafka} (the task's report, JSON).
  *
  * <p>Producers are kept per executor and partition ({@link #PRODUCERS}): a stateful partition
  * runs where its state is, so one producer serves it batch after batch. A producer that has not
  * been fenced since its {@code initTransactions} is the only writer of its partition since then,
  * so the last batch it committed is the partition's progress; a new one reads the progress from
  * the group's committed offsets ({@code read_committed}: a pending transactional commit is waited
- * for). A batch at or below the progress is a replay: nothing is produced. A fenced producer
- * (another attempt of this task, on another executor, took the id) is replaced and the whole
- * partition retried, which reads the progress again. The job's epoch ({@code
- * revise.spark.task_output.adopt}, at the job's start: every partition's progress rewritten
- * with it) stops a zombie job: progress written under a higher epoch fails the task.
+ * for). A batch at or below the progress is a replay: nothing is produced. A kept producer found
+ * fenced by its first messages (another attempt of this task, on another executor, took the id)
+ * is replaced, which reads the progress again ({@link PartitionOutput.Transaction}). The job's
+ * epoch ({@code revise.spark.task_output.adopt}, at the job's start: every partition's progress
+ * rewritten with it) stops a zombie job: progress written under a higher epoch fails the task.
  *
  * <p>A kept producer or progress reader is closed when its query stops ({@link #release}, called
  * by the driver: in local mode its JVM is the executor) or, on an executor the driver cannot
@@ -89,14 +88,14 @@ public final class TaskChangelog {
         1, 1, java.util.concurrent.TimeUnit.SECONDS);
   }
 
-  private static final ObjectMapper JSON = new ObjectMapper();
-  private static final int ATTEMPTS = 3;
+  static final ObjectMapper JSON = new ObjectMapper();
+  static final int ATTEMPTS = 3;
 
   /**
    * Ends the committed metadata: confluent-kafka (2.16) reads an offset's metadata as a C
    * string, past its length unless a NUL ends it, which the readers strip.
    */
-  private static final String NUL = "\u0000";
+  static final String NUL = "\u0000";
 
   /**
    * The micro-batch's operator output with its messages written by the tasks (see the class).
@@ -108,57 +107,6 @@ public final class TaskChangelog {
    */
   public static Dataset<Row> write(Dataset<Row> batch, String settings) {
     return batch.mapPartitions(new Writer(settings), Encoders.row(batch.schema()));
-  }
-
-  /**
-   * A task's messages as the framed payloads of its {@code msg:} rows, each with its topic: they
-   * are cut into records only while being sent, so a partition's batch is held once (its
-   * payloads), not twice (payloads and a record per message).
-   */
-  static final class Messages {
-    private final List<String> topics = new ArrayList<>();
-    private final List<byte[]> payloads = new ArrayList<>();
-    private int count;
-
-    void add(String topic, byte[] payload) {
-      topics.add(topic);
-      payloads.add(payload);
-      count += ByteBuffer.wrap(payload).getInt(0);
-    }
-
-    int size() {
-      return count;
-    }
-
-    boolean isEmpty() {
-      return count == 0;
-    }
-
-    /** Send them all through {@code producer}; the first failure, if any, once all are acked. */
-    void sendAll(KafkaProducer<byte[], byte[]> producer) {
-      java.util.concurrent.atomic.AtomicReference<Exception> failed =
-          new java.util.concurrent.atomic.AtomicReference<>();
-      for (int i = 0; i < payloads.size(); i++) {
-        String topic = topics.get(i);
-        frames(payloads.get(i), (k, v) -> producer.send(new ProducerRecord<>(topic, k, v),
-            (meta, e) -> {
-              if (e != null) {
-                failed.compareAndSet(null, e);
-              }
-            }));
-      }
-      // The messages first: a producer fenced since its last transaction learns it from their
-      // responses, before anything else (whose request would otherwise wait out max.block.ms
-      // behind the fatal error).
-      producer.flush();
-      Exception e = failed.get();
-      if (e instanceof KafkaException) {
-        throw (KafkaException) e;
-      }
-      if (e != null) {
-        throw new KafkaException("the changelog could not be sent: " + e, e);
-      }
-    }
   }
 
   /**
@@ -193,10 +141,17 @@ public final class TaskChangelog {
     }
   }
 
-  /** One partition's producer and what it knows of the partition's progress. */
+  /**
+   * A kept producer and what it knows of its partition's progress. A transaction holds {@link
+   * #lock} from its first message to its commit; a plain producer's tasks share it, counted in
+   * {@link #users}. Neither is closed while in use.
+   */
   static final class Slot {
     final String query;
     final KafkaProducer<byte[], byte[]> producer;
+    final java.util.concurrent.locks.ReentrantLock lock =
+        new java.util.concurrent.locks.ReentrantLock();
+    int users;
     long lastBatch;
     long epoch;
     boolean open;
@@ -209,6 +164,19 @@ public final class TaskChangelog {
       this.producer = producer;
       this.lastBatch = lastBatch;
       this.epoch = epoch;
+    }
+  }
+
+  /** The kept producer of {@code key} (opened by {@code opener} if none), locked, not closed. */
+  static Slot locked(String key, java.util.function.Supplier<Slot> opener) {
+    while (true) {
+      Slot slot = PRODUCERS.computeIfAbsent(key, k -> opener.get());
+      slot.lock.lock();
+      if (!slot.closed) {
+        slot.usedAt = System.nanoTime();
+        return slot;
+      }
+      slot.lock.unlock();  // closed while idle between the lookup and the lock: take a new one
     }
   }
 
@@ -249,20 +217,26 @@ public final class TaskChangelog {
 
   /**
    * Close the producers and readers of {@code query} (null: any) unused for more than {@code
-   * idle} nanoseconds (negative: every one).
+   * idle} nanoseconds (negative: every one not in use; one a task is writing with is left to
+   * the reaper).
    */
   private static int close(String query, long idle) {
     long now = System.nanoTime();
     int n = 0;
     for (Map.Entry<String, Slot> e : PRODUCERS.entrySet()) {
       Slot slot = e.getValue();
-      synchronized (slot) {
+      if (!slot.lock.tryLock()) {
+        continue;  // a task's transaction is using it
+      }
+      try {
         boolean mine = query == null || slot.query.equals(query);
-        if (mine && !slot.closed && (idle < 0 || now - slot.usedAt > idle)) {
+        if (mine && !slot.closed && slot.users == 0 && (idle < 0 || now - slot.usedAt > idle)) {
           // A transaction left open is aborted by the next initTransactions of its id.
           drop(e.getKey(), slot);
           n++;
         }
+      } finally {
+        slot.lock.unlock();
       }
     }
     for (Map.Entry<String, Reader> e : READERS.entrySet()) {
@@ -310,130 +284,39 @@ public final class TaskChangelog {
       TaskContext ctx = TaskContext.get();
       int partition = ctx.partitionId();
       List<Row> passed = new ArrayList<>();
-      Messages messages = new Messages();
       List<String> topics = new ArrayList<>();
       for (JsonNode t : s.get("topics")) {
         topics.add(t.isNull() ? null : t.asText());
       }
-      while (rows.hasNext()) {
-        Row r = rows.next();
-        String kind = r.getString(0);
-        if (kind.startsWith("msg:")) {
-          String topic = topics.get(Integer.parseInt(kind.substring(4)));
-          if (topic == null) {
+      PartitionOutput out = s.get("transactional").asBoolean()
+          ? new PartitionOutput.Transaction(s, partition) : new PartitionOutput.Plain(s);
+      boolean skipped;
+      try {
+        while (rows.hasNext()) {
+          Row r = rows.next();
+          String kind = r.getString(0);
+          if (!kind.startsWith("msg:")) {
+            passed.add(r);
             continue;
           }
-          messages.add(topic, (byte[]) r.get(2));
-        } else {
-          passed.add(r);
+          String topic = topics.get(Integer.parseInt(kind.substring(4)));
+          if (topic != null) {
+            out.send(topic, (byte[]) r.get(2));
+          }
         }
+        skipped = out.finish();
+      } catch (Throwable e) {
+        out.abandon();
+        throw e;
       }
-      long t0 = System.nanoTime();
       ObjectNode report = JSON.createObjectNode();
       report.put("partition", partition);
       report.put("attempt", ctx.attemptNumber());
-      report.put("messages", messages.size());
-      boolean skipped = false;
-      if (!messages.isEmpty()) {
-        if (s.get("transactional").asBoolean()) {
-          skipped = commit(s, partition, messages);
-        } else {
-          sendPlain(s, messages);
-        }
-      }
+      report.put("messages", out.count);
       report.put("skipped", skipped);
-      report.put("seconds", (System.nanoTime() - t0) / 1e9);
-      passed.add(RowFactory.create("kafka", (long) messages.size(),
-          JSON.writeValueAsBytes(report)));
+      report.put("seconds", out.nanos / 1e9);
+      passed.add(RowFactory.create("kafka", (long) out.count, JSON.writeValueAsBytes(report)));
       return passed.iterator();
-    }
-  }
-
-  /** Write {@code messages} for {@code partition}; true when the batch was already in. */
-  static boolean commit(JsonNode s, int partition, Messages messages) {
-    String query = s.get("query_id").asText();
-    long batch = s.get("batch_id").asLong();
-    long epoch = s.get("epoch").asLong();
-    String id = "revise-" + query + "-p" + partition;
-    String key = id + "\u0000" + s.get("producer").toString();
-    KafkaException last = null;
-    for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
-      Slot slot = PRODUCERS.computeIfAbsent(key, k -> open(s, id, partition));
-      synchronized (slot) {
-        if (slot.closed) {
-          continue;  // closed while idle between the lookup and the lock: take a new one
-        }
-        slot.usedAt = System.nanoTime();
-        if (slot.epoch > epoch) {
-          throw zombie(query, partition, slot.epoch, epoch);
-        }
-        if (slot.lastBatch >= batch) {
-          return true;
-        }
-        try {
-          if (slot.open) {
-            slot.producer.abortTransaction();
-            slot.open = false;
-          }
-          slot.producer.beginTransaction();
-          slot.open = true;
-          messages.sendAll(slot.producer);  // acked before the offsets are sent
-          TopicPartition tp = new TopicPartition(s.get("progress_topic").asText(), partition);
-          ObjectNode meta = JSON.createObjectNode();
-          meta.put("epoch", epoch);
-          meta.put("batch", batch);
-          meta.put("emitted_at_ms", s.get("emitted_at_ms").asLong());
-          slot.producer.sendOffsetsToTransaction(
-              Collections.singletonMap(tp, new OffsetAndMetadata(batch + 1, meta + NUL)),
-              new ConsumerGroupMetadata("revise-" + query));
-          crash(s, "before_kafka_commit", partition);
-          slot.producer.commitTransaction();
-          slot.open = false;
-          slot.lastBatch = batch;
-          slot.epoch = epoch;
-          slot.usedAt = System.nanoTime();
-          crash(s, "after_partition_commit", partition);
-          return false;
-        } catch (ProducerFencedException | InvalidProducerEpochException e) {
-          // Another attempt of this partition took the id: replace the producer and retry,
-          // which reads the progress again (the other attempt may have committed the batch).
-          last = e;
-          drop(key, slot);
-        } catch (KafkaException e) {
-          if (fenced(e)) {
-            last = e;
-            drop(key, slot);
-            continue;
-          }
-          drop(key, slot);
-          throw e;
-        }
-      }
-    }
-    throw last;
-  }
-
-  /** At-least-once: the messages through a plain idempotent producer, flushed; no progress. */
-  static void sendPlain(JsonNode s, Messages messages) {
-    String query = s.get("query_id").asText();
-    String key = "plain\u0000" + query + "\u0000" + s.get("producer").toString();
-    while (true) {
-      Slot slot = PRODUCERS.computeIfAbsent(key, k -> {
-        Properties p = properties(s.get("producer"));
-        p.remove("transaction.timeout.ms");
-        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        return new Slot(query, new KafkaProducer<>(p), -1L, -1L);
-      });
-      synchronized (slot) {
-        if (slot.closed) {
-          continue;
-        }
-        slot.usedAt = System.nanoTime();
-        messages.sendAll(slot.producer);
-        slot.usedAt = System.nanoTime();
-        return;
-      }
     }
   }
 
@@ -446,7 +329,7 @@ public final class TaskChangelog {
    * there), SIGKILL the process that started this JVM (the job's Python driver, in local mode)
    * and halt. Tests only.
    */
-  private static void crash(JsonNode s, String point, int partition) {
+  static void crash(JsonNode s, String point, int partition) {
     JsonNode spec = s.get("crash");
     if (spec == null || spec.isNull()) {
       return;
@@ -461,7 +344,7 @@ public final class TaskChangelog {
     Runtime.getRuntime().halt(137);
   }
 
-  private static boolean fenced(Throwable e) {
+  static boolean fenced(Throwable e) {
     for (Throwable c = e; c != null; c = c.getCause()) {
       if (c instanceof ProducerFencedException || c instanceof InvalidProducerEpochException) {
         return true;
@@ -470,13 +353,13 @@ public final class TaskChangelog {
     return false;
   }
 
-  private static ZombieException zombie(String query, int partition, long theirs, long ours) {
+  static ZombieException zombie(String query, int partition, long theirs, long ours) {
     return new ZombieException("another instance of query '" + query + "' has taken over "
         + "state partition " + partition + " (its epoch " + theirs + " > this instance's "
         + ours + "): this one is fenced and stops; run only one job per query id");
   }
 
-  private static void drop(String key, Slot slot) {
+  static void drop(String key, Slot slot) {
     PRODUCERS.remove(key, slot);
     slot.closed = true;
     try {
@@ -486,7 +369,7 @@ public final class TaskChangelog {
     }
   }
 
-  private static Slot open(JsonNode s, String id, int partition) {
+  static Slot open(JsonNode s, String id, int partition) {
     Properties p = properties(s.get("producer"));
     p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, id);
     p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
@@ -547,7 +430,7 @@ public final class TaskChangelog {
     return new KafkaConsumer<>(p);
   }
 
-  private static Properties properties(JsonNode node) {
+  static Properties properties(JsonNode node) {
     Properties p = new Properties();
     node.fields().forEachRemaining(e -> p.put(e.getKey(), e.getValue().asText()));
     return p;
