@@ -9,6 +9,7 @@ import static revise.jvm.TaskChangelog.fenced;
 import static revise.jvm.TaskChangelog.frames;
 import static revise.jvm.TaskChangelog.locked;
 import static revise.jvm.TaskChangelog.open;
+import static revise.jvm.TaskChangelog.producer;
 import static revise.jvm.TaskChangelog.progress;
 import static revise.jvm.TaskChangelog.properties;
 import static revise.jvm.TaskChangelog.zombie;
@@ -25,12 +26,10 @@ import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 import revise.jvm.TaskChangelog.Slot;
 
 /**
@@ -210,29 +209,27 @@ abstract class PartitionOutput {
           }
           return;
         } catch (KafkaException e) {
-          probe = null;
-          failed = new AtomicReference<>();  // the dropped producer's failures are not ours
-          drop(key, slot);
-          let();
-          if (!fenced(e)) {
-            throw e;
-          }
-          last = e;
+          discard(e);
         }
       }
     }
 
     /** A fenced producer replaced before its first message was acknowledged: start again. */
     private void restart(KafkaException e) {
+      discard(e);
+      start();
+    }
+
+    /** Drop a producer found fenced before its first acknowledgement (else: the task fails). */
+    private void discard(KafkaException e) {
       if (!fenced(e)) {
         throw lost(e);
       }
       last = e;
       probe = null;
-      failed = new AtomicReference<>();
+      failed = new AtomicReference<>();  // the dropped producer's failures are not ours
       drop(key, slot);
       let();
-      start();
     }
 
     /** Release the held payloads once the first message is acknowledged ({@code wait}: wait). */
@@ -337,10 +334,7 @@ abstract class PartitionOutput {
         slot = locked(key, () -> {
           Properties p = properties(s.get("producer"));
           p.remove("transaction.timeout.ms");
-          p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-          p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG,
-              ByteArraySerializer.class.getName());
-          return new Slot(s.get("query_id").asText(), new KafkaProducer<>(p), -1L, -1L);
+          return new Slot(s.get("query_id").asText(), producer(p), -1L, -1L);
         });
         slot.users++;  // shared by the executor's tasks: not closed while they write
         slot.lock.unlock();

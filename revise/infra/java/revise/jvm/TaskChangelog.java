@@ -372,9 +372,7 @@ public final class TaskChangelog {
   static Slot open(JsonNode s, String id, int partition) {
     Properties p = properties(s.get("producer"));
     p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, id);
-    p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-    p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-    KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p);
+    KafkaProducer<byte[], byte[]> producer = producer(p);
     try {
       producer.initTransactions();
       long[] progress = progress(s, partition);
@@ -383,6 +381,11 @@ public final class TaskChangelog {
       producer.close(Duration.ZERO);
       throw e;
     }
+  }
+
+  /** A producer of the messages' bytes as they are, with the client settings {@code p}. */
+  static KafkaProducer<byte[], byte[]> producer(Properties p) {
+    return new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
   }
 
   /** {@code {last committed batch (-1: none), its epoch (-1: none)}} of {@code partition}. */
