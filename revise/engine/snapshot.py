@@ -93,12 +93,10 @@ class Snapshot:
     delays: DelayHistogram = field(default_factory=DelayHistogram)
 
 
-def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet, *,
-                    compress: bool = True) -> bytes:
+def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet) -> bytes:
     """The state as bytes: one Arrow IPC stream, no pickled objects.
 
-    Layout: one record batch (zstd-compressed above :data:`COMPRESS_ABOVE_BYTES`, unless
-    ``compress`` is False: a snapshot that stays in memory), one row
+    Layout: one record batch (zstd-compressed above :data:`COMPRESS_ABOVE_BYTES`), one row
     per open window, columns ``key`` (dictionary of the live keys, int32 indices), ``start``,
     ``end``, ``rev``, ``n_late``, ``max_late`` (int64) and one column per aggregate state column
     (``count`` int64, ``sum``/``min``/``max`` float64, …); schema metadata ``revise.format``
@@ -139,7 +137,7 @@ def encode_snapshot(snap: Snapshot, config: dict[str, Any], aggs: AggregateSet, 
     rb = pa.RecordBatch.from_arrays(arrays, names=names)
     rb = rb.replace_schema_metadata(meta)
     sink = pa.BufferOutputStream()
-    options = _ZSTD_IPC if compress and rb.nbytes > COMPRESS_ABOVE_BYTES else _PLAIN_IPC
+    options = _ZSTD_IPC if rb.nbytes > COMPRESS_ABOVE_BYTES else _PLAIN_IPC
     with pa.ipc.new_stream(sink, rb.schema, options=options) as writer:
         writer.write_batch(rb)
     return bytes(sink.getvalue().to_pybytes())

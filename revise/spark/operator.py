@@ -15,7 +15,7 @@ driver reads them with :func:`~revise.spark.output.decode_output`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -28,7 +28,6 @@ from revise.engine import Engine, InputBatch
 from revise.errors import InfraError
 from revise.records import DEAD_LETTER_SCHEMA, LATE_SCHEMA, revision_schema
 from revise.spark.close_all import close_all_due, input_end_of_task
-from revise.spark.handoff import WINDOWS_PER_RECORD, EngineHandoff
 from revise.spark.output import REVISIONS_ONLY, MessageKinds, encode_output, stamp
 from revise.spark.shard_keys import shard_of
 from revise.spark.shard_state import (
@@ -38,7 +37,6 @@ from revise.spark.shard_state import (
     META_SCHEMA,
     EngineCache,
     Meta,
-    Stamp,
     Step,
     apply_step,
     base_chunks,
@@ -205,33 +203,21 @@ class ShardProcessor(_StatefulProcessor):
         self._store(shard, meta, engine, step, fired_timer_ms)
 
     def _engine(self, shard: int, meta: Meta | None) -> Engine:
-        """The shard's engine as stored: cached or handed over, caught up; else rebuilt.
-
-        Starts from the freshest engine on the stored base: this worker's cached one, or the
-        one another worker of the executor left (``revise.spark.handoff``), and replays the
-        stored steps it has not applied; from the stored base and the whole log without one.
-        """
+        """The shard's engine as stored: cached and caught up, or rebuilt."""
         cached = _CACHE.take(self._token, shard)
         if meta is None:
             return Engine(self._cfg)
-        if cached is not None and cached[0] == meta.stamp:  # the common case: nothing to read
-            return cached[1]
+        if cached is not None:
+            stamp, engine = cached
+            if stamp == meta.stamp:  # the common case: nothing to read
+                return engine
+            if stamp.base_id == meta.base_id and stamp.applied < meta.log_entries:
+                # Another worker ran the shard since: replay the steps it stored.
+                rest = skip_applied(self._log_entries(), stamp)
+                if rest is not None:
+                    return replay(engine, rest)
         if meta.inline is not None:  # no log beside an inline base
             return Engine.build(self._cfg, meta.inline)
-        starts: list[tuple[Stamp, Callable[[], Engine]]] = []
-        if cached is not None and cached[0].base_id == meta.base_id:
-            starts.append((cached[0], lambda: cached[1]))
-        handed = _HANDOFF.find(self._token, shard, meta.base_id)
-        if handed is not None:
-            starts.append((handed[0], lambda: Engine.build(self._cfg, handed[1])))
-        for at, start in sorted(starts, key=lambda s: -s[0].applied):
-            if at == meta.stamp:
-                return start()
-            if at.applied < meta.log_entries:
-                # Another worker ran the shard since: replay the steps it stored.
-                rest = skip_applied(self._log_entries(), at)
-                if rest is not None:
-                    return replay(start(), rest)
         engine = Engine.build(self._cfg, b"".join(bytes(c[0]) for c in self._base.get()))
         return replay(engine, self._log_entries())
 
@@ -288,8 +274,6 @@ class ShardProcessor(_StatefulProcessor):
             new = Meta(meta.base_id, entries, records, nonce, timer)
         self._meta.update(new.row())
         _CACHE.put(self._token, shard, new.stamp, engine)
-        if new.inline is None and engine.open_windows <= WINDOWS_PER_RECORD * len(step.batch):
-            _HANDOFF.leave(self._token, shard, new.stamp, engine)
 
 
 def _read_step(frames: Iterable[pd.DataFrame], topic: str, fields: InputColumns,
@@ -375,7 +359,6 @@ def _batch_id() -> int:
 
 
 _CACHE = EngineCache()
-_HANDOFF = EngineHandoff.for_executor()
 """This Python worker's engines (Spark reuses workers across micro-batches)."""
 
 

@@ -101,20 +101,14 @@ def preload() -> bool:
 def main() -> None:
     """Preload, then run PySpark's daemon here, or exec it when a thread was started.
 
-    The exec'd daemon gets the environment this process was started with. The daemon run
-    here removes its workers' engine hand-off folder when it exits (``revise.spark.handoff``).
+    The exec'd daemon gets the environment this process was started with.
     """
     env = dict(os.environ)
     if not preload():
         os.execve(sys.executable, [sys.executable, "-m", "pyspark.daemon", *sys.argv[1:]], env)
     from pyspark import daemon
 
-    from revise.spark.handoff import remove_executor_folder
-
-    try:
-        daemon.manager()  # exits by SystemExit; the forked workers end in os._exit
-    finally:
-        remove_executor_folder(os.getpid())
+    daemon.manager()
 
 
 if __name__ == "__main__":

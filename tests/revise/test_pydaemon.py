@@ -13,13 +13,11 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pyspark
 
 from revise.spark import pydaemon
-from revise.spark.handoff import SHM_ROOT
 
 INSTALLED = Path(pyspark.__file__).parent  # pip's pyspark: $SPARK_HOME is this package
 ARCHIVES = [str(INSTALLED / "python" / "lib" / "pyspark.zip"),
@@ -73,12 +71,8 @@ def test_a_spark_distribution_keeps_its_archives(tmp_path: Path) -> None:
     assert _python(code, SPARK_HOME=str(home), PYTHONPATH=str(archive)) == f"False {archive}"
 
 
-def _daemon(during: Callable[[int], None] | None = None,
-            **env: str) -> tuple[str, dict[str, str]]:
-    """Start the daemon as Spark does; its command line and environment once it listens.
-
-    ``during`` is called with its pid while it listens.
-    """
+def _daemon(**env: str) -> tuple[str, dict[str, str]]:
+    """Start the daemon as Spark does; its command line and environment once it listens."""
     proc = subprocess.Popen([sys.executable, "-m", "revise.spark.pydaemon", "pyspark.worker"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_env(**env))
     try:
@@ -87,8 +81,6 @@ def _daemon(during: Callable[[int], None] | None = None,
         assert port > 0
         line = Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         environ = Path(f"/proc/{proc.pid}/environ").read_bytes().decode().split("\0")
-        if during is not None:
-            during(proc.pid)
         return line, dict(e.split("=", 1) for e in environ if "=" in e)
     finally:
         assert proc.stdin is not None
@@ -113,16 +105,3 @@ def test_the_daemon_becomes_pysparks_own_when_a_thread_runs() -> None:
     # PySpark's daemon runs with the environment it was given, not the preload's settings.
     assert environ["OPENBLAS_NUM_THREADS"] == "2"
     assert not {"OMP_NUM_THREADS", "JE_ARROW_MALLOC_CONF"} & environ.keys()
-
-
-def test_the_daemon_removes_its_workers_hand_off_folder_when_it_stops() -> None:
-    folders: list[Path] = []
-
-    def fill(pid: int) -> None:  # what its workers would have left
-        folder = SHM_ROOT / f"revise-{os.getuid()}" / str(pid)
-        folder.mkdir(parents=True)
-        (folder / "0123456789abcdef-0").write_bytes(b"[]\n")
-        folders.append(folder)
-
-    _daemon(during=fill)
-    assert folders and not folders[0].exists()

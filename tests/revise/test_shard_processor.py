@@ -11,8 +11,6 @@ outgrows a batch, and that a cached engine ahead of the restored state is never 
 from __future__ import annotations
 
 import copy
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +21,6 @@ from helpers import message_revisions
 from revise.config import EngineConfig, WindowSpec
 from revise.engine import Engine, InputBatch
 from revise.spark import operator
-from revise.spark.handoff import EngineHandoff
 from revise.spark.operator import ShardProcessor
 from revise.spark.shard_keys import shard_keys
 from revise.spark.shard_state import EngineCache, Meta, Step, apply_step
@@ -139,7 +136,6 @@ def call(store: dict[str, Any], frames: list[pd.DataFrame] | None, watermark_ms:
 def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> EngineCache:
     cache = EngineCache()
     monkeypatch.setattr(operator, "_CACHE", cache)
-    monkeypatch.setattr(operator, "_HANDOFF", EngineHandoff(None))  # each test its own
     return cache
 
 
@@ -368,118 +364,3 @@ def test_a_conditional_close_all_closes_after_the_calls_rows_only_where_the_inpu
     else:
         assert got == [("a", 1, "EARLY", 2), ("b", 0, "EARLY", 1)]
         assert store["_timers"] == {15_000}
-
-
-class Workers:
-    """Two Python workers of one executor: each its own engine cache, one hand-off folder."""
-
-    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        executor = os.getppid()  # a live process stands for the daemon
-        self.folder = root / str(executor)
-        self.caches = [EngineCache(), EngineCache()]
-        self.handoffs = [EngineHandoff(root, executor=executor, worker=pid)
-                         for pid in (os.getpid(), os.getppid())]
-        for h in self.handoffs:  # both registered: each sees the other alive
-            h._folder()
-        self.mp = monkeypatch
-
-    def use(self, i: int) -> None:
-        self.mp.setattr(operator, "_CACHE", self.caches[i])
-        self.mp.setattr(operator, "_HANDOFF", self.handoffs[i])
-
-    def shard_files(self) -> list[str]:
-        return sorted(p.name for p in self.folder.iterdir() if not p.name.startswith("w-"))
-
-
-@pytest.fixture
-def workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workers:
-    return Workers(tmp_path / "shm", monkeypatch)
-
-
-def test_a_worker_starts_from_the_engine_another_worker_of_the_executor_left(workers,
-                                                                               list_base):
-    store: dict[str, Any] = {}
-
-    def run(worker: int, batch_id: int, n: int) -> list[tuple[Any, ...]]:
-        """``n`` records of ``k0``… at 1,000 × batch: ``n`` 20 leaves the engine, 1 not."""
-        workers.use(worker)
-        got = call(store, [rows(*[(f"k{i}", 1_000 * batch_id) for i in range(n)])], 0,
-                   batch_id=batch_id)
-        return [(r["key"], r["count"]) for r in got]
-
-    run(0, 0, 100)
-    run(0, 1, 20)
-    assert len(workers.shard_files()) == 1, "the engine was left"
-    # The other worker, which never ran the shard, reads nothing stored.
-    assert run(1, 2, 1) == [("k0", 3)] and "_reads" not in store
-    # Worker 0 and the engine left are one (small) step behind: it is read and replayed.
-    assert run(0, 3, 1) == [("k0", 4)] and store.pop("_reads") == ["log"]
-    # Worker 1's own engine is the fresher start: one step to replay.
-    assert sorted(run(1, 4, 20)) == sorted([("k0", 5), *((f"k{i}", 3) for i in range(1, 20))])
-    assert store.pop("_reads") == ["log"]
-    # Worker 0's own engine is a step behind, the one left is current: nothing read.
-    assert run(0, 5, 1) == [("k0", 6)] and "_reads" not in store
-
-
-@pytest.mark.parametrize("seed", [4, 5, 6])
-def test_workers_taking_turns_at_random_emit_what_one_engine_would(seed, workers, list_base):
-    batches = random_batches(seed, 30, keys=60)
-    want, engine = reference(batches)
-    store: dict[str, Any] = {}
-    turns = np.random.default_rng(seed).integers(0, 2, len(batches))
-    for b, (recs, w) in enumerate(batches):
-        workers.use(int(turns[b]))
-        assert call(store, [rows(*recs)] if recs else [], w, batch_id=b) == want[b], b
-    assert workers.shard_files(), "no engine was ever left"
-    workers.caches[0].take("t", 0)
-    workers.caches[1].take("t", 0)
-    workers.use(0)
-    rebuilt = ShardProcessor(CFG, "topic", shards=1, token="t")
-    rebuilt.init(FakeHandle(store))
-    assert rebuilt._engine(0, Meta.of(store["meta"])).snapshot() == engine.snapshot()
-
-
-def test_an_engine_left_by_an_attempt_never_committed_is_not_used(workers, list_base):
-    store: dict[str, Any] = {}
-    workers.use(0)
-    call(store, [rows(*[(f"k{i}", 1_000) for i in range(50)])], 0, batch_id=0)
-    committed = copy.deepcopy(store)
-    # Batch 1 runs in worker 0 and leaves its engine, but is never committed; Spark runs it
-    # again in worker 1, on the state of batch 0, with other input.
-    call(store, [rows(*[(f"k{i}", 2_000) for i in range(50)])], 0, batch_id=1)
-    workers.caches[0].take("t", 0)
-    workers.use(1)
-    got = call(committed, [rows(("k1", 3_000))], 0, batch_id=1)
-    assert [(r["key"], r["count"]) for r in got] == [("k1", 2)]  # 1,000 and 3,000
-
-
-def test_no_engine_is_left_without_another_live_worker(tmp_path, monkeypatch, list_base):
-    root = tmp_path / "shm"
-    alone = EngineHandoff(root, executor=os.getppid(), worker=os.getpid())
-    monkeypatch.setattr(operator, "_HANDOFF", alone)
-    folder = root / str(os.getppid())
-    folder.mkdir(parents=True)
-    dead = folder / "w-999999999"  # a worker that has exited (no such pid)
-    dead.touch()
-    call({}, [rows(*[(f"k{i}", 1_000) for i in range(100)])], 0)
-    assert sorted(p.name for p in folder.iterdir()) == [f"w-{os.getpid()}"]
-
-
-def test_a_hand_off_that_cannot_be_written_is_turned_off_not_the_call(tmp_path, monkeypatch,
-                                                                     list_base):
-    blocked = tmp_path / "not-a-folder"
-    blocked.write_text("")
-    h = EngineHandoff(blocked, executor=os.getppid(), worker=os.getpid())
-    monkeypatch.setattr(operator, "_HANDOFF", h)
-    got = call({}, [rows(("a", 1_000))], 0)
-    assert [r["count"] for r in got] == [1]
-    assert h.find("t", 0, "any") is None and h._off
-
-
-def test_the_folders_of_executors_that_stopped_are_removed(tmp_path):
-    root = tmp_path / "shm"
-    (root / "999999999").mkdir(parents=True)  # a daemon that no longer runs
-    (root / str(os.getppid())).mkdir()  # one that does
-    EngineHandoff(root, executor=os.getpid(), worker=os.getpid())._folder()
-    assert sorted(p.name for p in root.iterdir()) == sorted([str(os.getppid()),
-                                                             str(os.getpid())])
