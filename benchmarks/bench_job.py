@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.jvm_threads import JvmThreadCpu
-from benchmarks.proc_tree import CpuUse, PeakRss
+from benchmarks.proc_tree import CpuUse, PeakRss, local_broker_pids
 from benchmarks.variants import (
     ALL_VARIANTS,
     BASELINE_SUFFIX,
@@ -88,7 +88,7 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
     context = spark.sparkContext
     # On a standalone cluster the executors are processes of their own: counted by app id.
     app_id = context.applicationId if (context.master or "").startswith("spark://") else None
-    cpu_use = CpuUse(app_id, _broker_pids(args.bootstrap, Path(args.work)))
+    cpu_use = CpuUse(app_id, local_broker_pids(args.bootstrap, Path(args.work) / "broker"))
     with PeakRss() as rss, cpu_use as cpu, threads:
         if args.variant.startswith("spark-native"):
             figures = _native(spark, args, work)
@@ -107,21 +107,6 @@ def _one(args: argparse.Namespace) -> dict[str, Any]:
             str(cpu.seconds.get(k, 0.0)) for k in ("executors", "executor_workers"))
     figures["cpu_broker_s"] = cpu.seconds.get("broker")
     return figures
-
-
-def _broker_pids(bootstrap: str, work: Path) -> list[int]:
-    """The processes of the broker at ``bootstrap`` when it runs on this machine, else none.
-
-    The broker ``bench_job`` embeds (under ``work``), or the one ``revise broker start``
-    started (its default home), when its address is ``bootstrap``.
-    """
-    from revise.infra import broker
-
-    for home in (work / "broker", None):
-        cluster = broker.status(home)  # every node up: its pids are the broker's
-        if cluster is not None and cluster.bootstrap_servers == bootstrap:
-            return cluster.pids
-    return []
 
 
 def _revise(spark: Any, args: argparse.Namespace, work: Path, run: str) -> dict[str, Any]:

@@ -34,6 +34,9 @@ Figures, per system, over the windows whose first record was sent while feeding 
   run ``--empty-probes`` single records follow, each with event time = now and ``--probe-gap-s``
   apart: each makes a one-record micro-batch and then an empty one, which closes windows;
 - input lag at the end of feeding (records the job had not taken yet);
+- the broker's CPU seconds while the system ran (start to stop) and per minute of the
+  measured feed, when the broker runs on this machine (the embedded one, or ``revise broker
+  start``'s): a longer ``--warmup-s`` makes the latter its warm CPU;
 - with ``--stages``, its Spark jobs' time stage by stage, from the job's event log
   (:mod:`benchmarks.stage_times`).
 
@@ -57,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.chaos import CliRun, create_topics, use_repo_pythonpath
+from benchmarks.proc_tree import cpu_seconds, local_broker_pids
 from benchmarks.soak import CommittedRows, Feeder, input_lag
 from benchmarks.stage_times import conf_dir, read_events, summarize
 from revise.jobconfig import DEFAULT_TRIGGER_MS
@@ -212,6 +216,8 @@ def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> d
     create_topics(bootstrap, list(topics.values()), partitions=4)
     readable = Readable(bootstrap, topics["out"])
     readable.start()
+    broker = local_broker_pids(bootstrap, root / "broker")
+    cpu_start = cpu_seconds(broker)
     run = _start(system, args, bootstrap, topics, work)
     feeder = Feeder(bootstrap, topics["in"], args.rate, args.keys,
                     WindowSpec.parse(args.window).size_ms, args.disorder_ms, seed=1,
@@ -223,10 +229,12 @@ def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> d
         feeder.start()
         time.sleep(args.warmup_s)  # Spark starts its Python workers on the first rows
         fed_from = int(time.time() * 1000)
+        cpu_fed_from = cpu_seconds(broker)
         time.sleep(args.minutes * 60)
         feeder.stop.set()
         feeder.join(60)
         fed_to = int(time.time() * 1000)
+        cpu_fed = cpu_seconds(broker) - cpu_fed_from
         lag = input_lag(bootstrap, topics["in"], work / "checkpoint")
         time.sleep(args.idle_s)
         probes_from = _last_batch(run.log()) + 1
@@ -238,6 +246,9 @@ def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> d
         readable.stop.set()
         readable.join(30)
     figures = {"system": system, "produced": feeder.produced, "lag_at_end_of_feed": lag}
+    if broker:  # a broker on this machine: its CPU while this system ran, and while fed
+        figures |= {"broker_cpu_s": round(cpu_seconds(broker) - cpu_start, 1),
+                    "broker_cpu_s_per_min_fed": round(cpu_fed / args.minutes, 1)}
     figures |= _batches(run.log(), probes_from)
     figures |= _latencies(feeder, readable.rows, fed_from, fed_to)
     return figures
@@ -272,6 +283,8 @@ def _line(f: dict[str, Any]) -> str:
             f"  batch p50 {f['batch_ms_p50']} ms  empty batch p50 {f['empty_batch_ms_p50']} ms "
             f"({f['empty_batches']})  lag {f['lag_at_end_of_feed']}  windows "
             f"{f['with_result']}/{f['windows']}"
+            + (f"  broker CPU {f['broker_cpu_s']} s ({f['broker_cpu_s_per_min_fed']} s a minute "
+               "fed)" if "broker_cpu_s" in f else "")
             + "".join(f"\n         batch p50 {k} {v} ms"
                       for k, v in f.get("batch_parts_ms_p50", {}).items()))
 

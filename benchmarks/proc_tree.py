@@ -14,11 +14,13 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Final
 
 import psutil
 
-__all__ = ["CpuUse", "PeakRss", "executor_processes", "kind", "rss_by_kind"]
+__all__ = ["CpuUse", "PeakRss", "cpu_seconds", "executor_processes", "kind", "local_broker_pids",
+           "rss_by_kind"]
 
 
 def kind(p: psutil.Process, root_pid: int) -> str:
@@ -168,3 +170,28 @@ def rss_by_kind(root_pid: int) -> tuple[dict[str, int], int]:
             out[k] = out.get(k, 0) + p.memory_info().rss
             workers += k == "workers"
     return out, workers
+
+
+def local_broker_pids(bootstrap: str, home: Path) -> list[int]:
+    """The processes of the broker at ``bootstrap`` when it runs on this machine, else none.
+
+    The embedded broker a benchmark started under ``home``, or the one ``revise broker start``
+    started (its default home), when its address is ``bootstrap``.
+    """
+    from revise.infra import broker
+
+    for where in (home, None):
+        cluster = broker.status(where)  # every node up: its pids are the broker's
+        if cluster is not None and cluster.bootstrap_servers == bootstrap:
+            return cluster.pids
+    return []
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """The CPU seconds (user + system) the processes ``pids`` spent so far; gone ones count 0."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+    return total

@@ -172,6 +172,41 @@ def test_cpu_use_counts_the_brokers_processes_apart():
     assert seconds["workers"] == 0.0, seconds  # not counted a second time as a Python worker
 
 
+def test_the_latency_benchmark_finds_the_local_broker_and_reads_its_cpu(
+        kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``local_broker_pids`` names the embedded broker's processes by its home and address
+    (the session's broker: a ``broker*`` folder of this session's base temp); ``cpu_seconds``
+    sums what they spent, a gone process counting 0."""
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    from benchmarks.proc_tree import cpu_seconds, local_broker_pids
+
+    if os.environ.get("REVISE_BOOTSTRAP_SERVERS"):
+        pytest.skip("an external broker: not one this machine runs")
+    homes = sorted(tmp_path_factory.getbasetemp().glob("broker*"))
+    found = {tuple(pids) for home in homes if (pids := local_broker_pids(kafka_bootstrap, home))}
+    assert len(found) == 1, homes  # the same broker (a home may be linked twice)
+    broker = list(found.pop())
+    assert all("kafka.Kafka" in psutil.Process(pid).cmdline() for pid in broker)
+    assert local_broker_pids("127.0.0.1:1", homes[0]) == []
+
+    busy = ("import time\nend = time.process_time() + 0.4\n"
+            "while time.process_time() < end: pass")
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    before = cpu_seconds([child.pid])
+    time.sleep(0.05)
+    while child.poll() is None:
+        spent = cpu_seconds([child.pid])
+        time.sleep(0.05)
+    assert before < 0.4 <= spent + 0.1, (before, spent)
+    assert cpu_seconds([child.pid]) == 0.0  # reaped: gone
+    assert cpu_seconds(broker) > 0.0
+
+
 _EXECUTOR_PROBE = """
 import json, subprocess, sys
 from benchmarks.proc_tree import CpuUse
