@@ -17,6 +17,7 @@ import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from revise.errors import InfraError, SetupError
 from revise.infra import secure as _secure_mod
@@ -121,15 +122,24 @@ def check_writable(path: Path) -> None:
         raise BrokerSetupError(msg) from exc
 
 
+BROKER_G1: Final = ("-XX:+UseG1GC", "-XX:G1HeapRegionSize=4m")
+"""The broker's collector. A produce request is read into one heap buffer, and the tasks'
+producers send requests of up to a megabyte (``batch.size``). With G1's default region of
+1 MB for this heap, a buffer of half a region or more is a humongous object, and each such
+allocation above the heap's initiating occupancy started a concurrent marking cycle: 29 of
+the 34 cycles of a daily benchmark run (``-Xlog:gc``). With 4 MB regions it started 2 of 7
+(docs/BENCHMARKS.md, *The embedded broker's JVM*)."""
+
+
 def java_command(args: list[str], *, heap: str = "1g") -> list[str]:
     """A broker-side JVM's command (the broker, its storage tool), ``args`` last.
 
-    Kafka's classpath; G1, unless ``$REVISE_JVM_OPTIONS`` choose another collector (a JVM
-    given two refuses to start); those options after revise's own.
+    Kafka's classpath; :data:`BROKER_G1`, unless ``$REVISE_JVM_OPTIONS`` choose another
+    collector (a JVM given two refuses to start); those options after revise's own.
     """
     cp = os.pathsep.join(str(p) for p in classpath("kafka"))
     user = jvm_options()
-    collector = [] if selects_collector(user) else ["-XX:+UseG1GC"]
+    collector = [] if selects_collector(user) else list(BROKER_G1)
     return [java(), f"-Xmx{heap}", "-Xms128m", *collector, "-Djava.awt.headless=true",
             *user, "-cp", cp, *args]
 

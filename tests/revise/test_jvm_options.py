@@ -69,22 +69,29 @@ def test_the_jit_thresholds_go_before_every_other_option(monkeypatch: pytest.Mon
     assert not any(key in conf for key in JAVA_OPTIONS)
 
 
-@pytest.mark.parametrize("user", ["", "-XX:+UseParallelGC", "-XX:+UseSerialGC -Xss2m"])
+@pytest.mark.parametrize("user", ["", "-XX:+UseParallelGC", "-XX:+UseSerialGC -Xss2m",
+                                  "-XX:G1HeapRegionSize=8m"])
 def test_the_broker_jvm_starts_with_whichever_collector_they_choose(
         monkeypatch: pytest.MonkeyPatch, user: str) -> None:
-    """The broker's JVM names G1 itself; a collector of the user's replaces it, since a JVM
-    given two refuses to start. Checked by starting the real JVM with the broker's command."""
+    """The broker's JVM names G1 with 4 MB regions; a collector of the user's replaces G1,
+    since a JVM given two refuses to start, and their region size wins. Checked by starting
+    the real JVM with the broker's command."""
     # a flag of a collector's own is not a choice of collector
     assert not selects_collector(["-XX:+UseAdaptiveSizePolicyWithSystemGC"])
     monkeypatch.setenv(JVM_OPTIONS_ENV, user)
     cmd = broker_node.java_command(["-XX:+PrintFlagsFinal", "-version"], heap="256m")
-    assert ("-XX:+UseG1GC" in cmd) == (not selects_collector(user.split()))
+    own_collector = selects_collector(user.split())
+    assert ("-XX:+UseG1GC" in cmd) == (not own_collector)
     ran = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     flags = [line.split() for line in ran.stdout.splitlines()]
-    chosen = {f[1] for f in flags if f[:1] == ["bool"] and len(f) > 3 and f[3] == "true"
-              and f[1] in {"UseG1GC", "UseParallelGC", "UseSerialGC", "UseZGC"}}
-    assert chosen == {user.split()[0].removeprefix("-XX:+") if user else "UseG1GC"}
+    value = {f[1]: f[3] for f in flags if len(f) > 3 and f[2] == "="}
+    chosen = {name for name in ("UseG1GC", "UseParallelGC", "UseSerialGC", "UseZGC")
+              if value[name] == "true"}
+    assert chosen == {user.split()[0].removeprefix("-XX:+") if own_collector else "UseG1GC"}
+    if not own_collector:
+        mb = 8 if "G1HeapRegionSize" in user else 4
+        assert value["G1HeapRegionSize"] == str(mb * 1024 * 1024)
 
 
 def test_the_local_spark_cluster_daemons_get_them(monkeypatch: pytest.MonkeyPatch,
