@@ -16,7 +16,7 @@ import contextlib
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Final
 
@@ -63,12 +63,16 @@ class JvmThreadCpu:
 
     Args:
         is_jvm: Which processes under this one to read, by process name (default: ``java``).
+        exclude: Pids not to read, even if they turn up only during the block: a broker's JVM
+            on this machine (``benchmarks.proc_tree.local_broker_pids``).
     """
 
     SAMPLE_S: Final = 0.5
 
-    def __init__(self, is_jvm: Callable[[str], bool] = lambda name: "java" in name) -> None:
+    def __init__(self, is_jvm: Callable[[str], bool] = lambda name: "java" in name,
+                 exclude: Collection[int] = ()) -> None:
         self._is_jvm = is_jvm
+        self._exclude = exclude
         self._start: dict[tuple[int, int], float] = {}
         self._last: dict[tuple[int, int], tuple[str, float]] = {}
         self._stop = threading.Event()
@@ -80,6 +84,8 @@ class JvmThreadCpu:
 
         seen: dict[tuple[int, int], tuple[str, float]] = {}
         for proc in psutil.Process().children(recursive=True):
+            if proc.pid in self._exclude:
+                continue
             try:
                 if not self._is_jvm(proc.name()):
                     continue
@@ -104,6 +110,7 @@ class JvmThreadCpu:
         self._sample()
         totals = {g: 0.0 for g, _p in GROUPS} | {"other": 0.0}
         for key, (name, cpu) in self._last.items():
-            totals[group_of(name)] += cpu - self._start.get(key, 0.0)
+            if key[0] not in self._exclude:
+                totals[group_of(name)] += cpu - self._start.get(key, 0.0)
         self.seconds = {g: round(s, 1) for g, s in totals.items()}
         self.seconds["sampled"] = round(sum(totals.values()), 1)

@@ -37,6 +37,10 @@ Figures, per system, over the windows whose first record was sent while feeding 
 - the broker's CPU seconds while the system ran (start to stop) and per minute of the
   measured feed, when the broker runs on this machine (the embedded one, or ``revise broker
   start``'s): a longer ``--warmup-s`` makes the latter its warm CPU;
+- the system's JVMs' CPU seconds per minute of the measured feed, by thread group
+  (:mod:`benchmarks.jvm_threads`: the JIT compilers, the collector, the task threads, the
+  state server, the query's planning thread, the rest): how much of a stream's first minutes
+  its JVM still spends compiling;
 - with ``--stages``, its Spark jobs' time stage by stage, from the job's event log
   (:mod:`benchmarks.stage_times`).
 
@@ -60,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.chaos import CliRun, create_topics, use_repo_pythonpath
+from benchmarks.jvm_threads import JvmThreadCpu
 from benchmarks.proc_tree import cpu_seconds, local_broker_pids
 from benchmarks.soak import CommittedRows, Feeder, input_lag
 from benchmarks.stage_times import conf_dir, read_events, summarize
@@ -230,7 +235,8 @@ def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> d
         time.sleep(args.warmup_s)  # Spark starts its Python workers on the first rows
         fed_from = int(time.time() * 1000)
         cpu_fed_from = cpu_seconds(broker)
-        time.sleep(args.minutes * 60)
+        with JvmThreadCpu(exclude=broker) as jvm_threads:
+            time.sleep(args.minutes * 60)
         feeder.stop.set()
         feeder.join(60)
         fed_to = int(time.time() * 1000)
@@ -249,6 +255,8 @@ def _one(system: str, args: argparse.Namespace, bootstrap: str, root: Path) -> d
     if broker:  # a broker on this machine: its CPU while this system ran, and while fed
         figures |= {"broker_cpu_s": round(cpu_seconds(broker) - cpu_start, 1),
                     "broker_cpu_s_per_min_fed": round(cpu_fed / args.minutes, 1)}
+    figures["jvm_cpu_s_per_min_fed"] = {group: round(seconds / args.minutes, 1)
+                                        for group, seconds in jvm_threads.seconds.items()}
     figures |= _batches(run.log(), probes_from)
     figures |= _latencies(feeder, readable.rows, fed_from, fed_to)
     return figures
@@ -285,6 +293,9 @@ def _line(f: dict[str, Any]) -> str:
             f"{f['with_result']}/{f['windows']}"
             + (f"  broker CPU {f['broker_cpu_s']} s ({f['broker_cpu_s_per_min_fed']} s a minute "
                "fed)" if "broker_cpu_s" in f else "")
+            + ("\n         JVM CPU s a minute fed: " + ", ".join(
+                f"{group} {seconds}" for group, seconds in f["jvm_cpu_s_per_min_fed"].items())
+               if "jvm_cpu_s_per_min_fed" in f else "")
             + "".join(f"\n         batch p50 {k} {v} ms"
                       for k, v in f.get("batch_parts_ms_p50", {}).items()))
 

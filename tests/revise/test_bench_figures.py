@@ -410,16 +410,22 @@ def test_jvm_thread_cpu_sums_each_group_of_thread_names():
              "Executor task i", "stateConnection", "stream executio", "Thread-12")
     assert [group_of(n) for n in names] == [
         "jit", "gc", "gc", "tasks", "tasks", "state_server", "stream", "other"]
-    # A stand-in JVM: a Python child whose threads carry JVM thread names, and burn inside the
-    # block (the 15-character names are what Linux keeps of the JVM's).
-    child = None
+    # Stand-in JVMs: Python children whose threads carry JVM thread names, and burn inside the
+    # block (the 15-character names are what Linux keeps of the JVM's). The second one stands
+    # for a broker's JVM: excluded by pid, its threads count nowhere.
+    children: list[subprocess.Popen[str]] = []
+    excluded: set[int] = set()
     try:
-        with JvmThreadCpu(is_jvm=lambda name: name.startswith("python")) as threads:
-            child = subprocess.Popen([sys.executable, "-c", _THREADS_PROBE],
-                                     stdout=subprocess.PIPE, text=True)
-            assert child.stdout is not None and child.stdout.readline() == "done\n"
+        with JvmThreadCpu(is_jvm=lambda name: name.startswith("python"),
+                          exclude=excluded) as threads:
+            for _ in range(2):
+                children.append(subprocess.Popen([sys.executable, "-c", _THREADS_PROBE],
+                                                 stdout=subprocess.PIPE, text=True))
+            excluded.add(children[1].pid)
+            for child in children:
+                assert child.stdout is not None and child.stdout.readline() == "done\n"
     finally:
-        if child is not None:  # killed after the block, whose end reads it
+        for child in children:  # killed after the block, whose end reads them
             child.kill()
             child.wait()
     s = threads.seconds
