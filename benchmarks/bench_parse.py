@@ -17,6 +17,14 @@ sum(value),max(value)``, one numeric field; ``--baseline``'s ``revise/spark/fiel
 
 Printed: each round's seconds, then the median over rounds after the first (the JVM's
 warm-up) and the ratio baseline ÷ this tree. docs/BENCHMARKS.md has results.
+
+``--plan N`` times Spark's planning instead of the run: each round plans every build's frame
+``N`` times, as a streaming job does at every micro-batch (a new ``QueryExecution`` of the
+analyzed plan: analysis, optimization, physical planning and whole-stage code generation,
+``toRdd``), and prints the median ms of one planning. Beside ``classify`` it plans
+``java-only``, the Java UDF's columns alone with no reason: what a parse whose diagnosis
+Spark does not see would cost to plan (on clean input, ``--bad 0``, it must give the same
+rows).
 """
 
 from __future__ import annotations
@@ -60,6 +68,37 @@ def _frame(spark: Any, records: int, bad: float) -> Any:
     return df
 
 
+def _java_only(raw: Any) -> Any:
+    """The Java UDF's columns alone: the records it is sure of, no reason, no SQL path."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    from revise.spark.parse import FAST_PARSE_UDF, java_fields
+
+    c = F.col
+    return raw.select(
+        c("value").cast(StringType()).alias("raw_value"), "topic", "partition", "offset",
+        java_fields(raw.sparkSession, FAST_PARSE_UDF, "key", "ts", "value", True),
+    ).select("raw_value", "topic", "partition", "offset",
+             F.lit(None).cast(StringType()).alias("reason"), c("_f.key").alias("key"),
+             c("_f.ts").alias("ts_ms"), c("_f.value").alias("value"))
+
+
+def _planning_ms(frame: Any, plannings: int) -> float:
+    """The median ms of planning ``frame`` afresh, ``plannings`` times (see the module)."""
+    jvm = frame.sparkSession._jvm
+    session = frame.sparkSession._jsparkSession
+    mode = getattr(jvm.org.apache.spark.sql.execution,
+                   "CommandExecutionMode$").__getattr__("MODULE$").ALL()
+    plan = frame._jdf.queryExecution().analyzed()
+    times = []
+    for _ in range(plannings):
+        t0 = time.perf_counter()
+        session.sessionState().executePlan(plan, mode).toRdd()
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
 def _same(first: Any, second: Any) -> bool:
     """Whether two classified frames hold the same rows (NaN equal to NaN)."""
     return bool(first.exceptAll(second).isEmpty() and second.exceptAll(first).isEmpty())
@@ -77,7 +116,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="also time this tree's parse without its Java path")
     p.add_argument("--fields", action="store_true",
                    help="time revise.spark.fields.classify_fields (one numeric field)")
+    p.add_argument("--plan", type=int, metavar="N",
+                   help="time N plannings of each build a round, not its run, beside the "
+                        "Java UDF's columns alone (java-only; not with --fields)")
     args = p.parse_args(argv)
+    if args.plan is not None and args.fields:
+        p.error("--plan times classify, not --fields")
 
     from revise.spark import parse
     from revise.spark.session import spark_session
@@ -97,10 +141,16 @@ def main(argv: list[str] | None = None) -> int:
                            / ("fields.py" if args.fields else "parse.py"))
         builds["baseline"] = (partial(other.classify_fields, spec=spec) if args.fields
                               else other.classify)
+    if args.plan is not None:
+        builds["java-only"] = _java_only
     for name, build in builds.items():
+        if name == "java-only" and args.bad:
+            continue  # it has no reasons: bad records differ by design
         if name != "this" and not _same(mine(df), build(df)):
             print(f"this tree and {name} classify the records differently", file=sys.stderr)
             return 1
+    if args.plan is not None:
+        return _plan_rounds(builds, df, args.rounds, args.plan)
     seconds: dict[str, list[float]] = {name: [] for name in builds}
     for rnd in range(args.rounds):
         for name, build in builds.items():
@@ -115,6 +165,22 @@ def main(argv: list[str] | None = None) -> int:
     for name in builds:
         if name != "this":
             print(f"{name} / this: {medians[name] / medians['this']:.2f}")
+    return 0
+
+
+def _plan_rounds(builds: dict[str, Callable[[Any], Any]], df: Any, rounds: int,
+                 plannings: int) -> int:
+    """``--plan``: each build's median planning ms a round, then over the rounds after the first."""
+    frames = {name: build(df) for name, build in builds.items()}
+    ms: dict[str, list[float]] = {name: [] for name in frames}
+    for rnd in range(rounds):
+        for name, frame in frames.items():
+            ms[name].append(_planning_ms(frame, plannings))
+            print(f"round {rnd} {name}: planning {ms[name][-1]:.1f} ms", flush=True)
+    medians = {name: statistics.median(m[1:] or m) for name, m in ms.items()}
+    for name, median in medians.items():
+        print(f"{name}: median planning {median:.1f} ms")
+    print(f"this - java-only: {medians['this'] - medians['java-only']:.1f} ms a planning")
     return 0
 
 

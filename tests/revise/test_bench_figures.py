@@ -572,3 +572,20 @@ def test_stage_times_groups_jobs_by_shape_with_per_stage_medians(tmp_path):
     assert batch.longest_task_ms == (30, 140)  # the first of the equally long tasks
     assert batch.longest_run_ms == (25, 135)
     assert "3 jobs, median 211 ms" in batch.line()
+
+
+@pytest.mark.spark
+def test_bench_parse_plans_classify_beside_the_java_udf_alone(spark, capsys):
+    import re
+
+    from benchmarks import bench_parse
+
+    # 0: on clean records the Java UDF's columns alone give classify's rows
+    assert bench_parse.main(["--records", "2000", "--rounds", "2", "--plan", "2"]) == 0
+    out = capsys.readouterr().out
+    medians = dict(re.findall(r"^(this|java-only): median planning ([\d.]+) ms$", out, re.M))
+    assert set(medians) == {"this", "java-only"}, out
+    assert all(float(ms) > 0 for ms in medians.values()), out
+    assert re.search(r"^this - java-only: -?[\d.]+ ms a planning$", out, re.M), out
+    with pytest.raises(SystemExit):  # the bound is classify's; --fields has its own UDF
+        bench_parse.main(["--plan", "2", "--fields"])
