@@ -293,9 +293,8 @@ def _line(f: dict[str, Any]) -> str:
             f"{f['with_result']}/{f['windows']}"
             + (f"  broker CPU {f['broker_cpu_s']} s ({f['broker_cpu_s_per_min_fed']} s a minute "
                "fed)" if "broker_cpu_s" in f else "")
-            + ("\n         JVM CPU s a minute fed: " + ", ".join(
+            + "\n         JVM CPU s a minute fed: " + ", ".join(
                 f"{group} {seconds}" for group, seconds in f["jvm_cpu_s_per_min_fed"].items())
-               if "jvm_cpu_s_per_min_fed" in f else "")
             + "".join(f"\n         batch p50 {k} {v} ms"
                       for k, v in f.get("batch_parts_ms_p50", {}).items()))
 
